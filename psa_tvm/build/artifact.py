@@ -1,0 +1,168 @@
+"""Ahead-of-time build: schedule, lower, compile and describe kernels in an artifact directory.
+
+Layout of an artifact directory::
+
+    manifest.json                       every build below, see MANIFEST_FORMAT
+    kd32_nh4_float16/tiled-1a2b3c4d.cu  the CUDA source TVM generated
+    kd32_nh4_float16/tiled-1a2b3c4d.fatbin
+
+One *build* is one (config, schedule, schedule parameters): a single source holding both passes
+in every variant the launcher may pick (16-byte vectors or scalar, int32 or int64 indexing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tvm
+
+from psa_tvm._version import __version__
+from psa_tvm.build.compute import merge_backward, merge_forward
+from psa_tvm.build.cuda_fixups import pack_16bit_gathers
+from psa_tvm.build.lower import lower_cuda
+from psa_tvm.build.nvcc import DEFAULT_ARCHS, check_archs, compile_source
+from psa_tvm.build.rules import get_rule
+from psa_tvm.build.rules.base import params_as_dict
+from psa_tvm.config import OpConfig
+from psa_tvm.runtime.manifest import MANIFEST_FORMAT, MANIFEST_NAME, kernel_symbol
+
+PASSES = {"forward": merge_forward, "backward": merge_backward}
+INDEX_DTYPES = ("int32", "int64")
+# A scattered shared-memory store of `vec` lanes needs an index vector of `vec` lanes; TVM's CUDA
+# codegen has no C type for int64x8, so int64 kernels of 16-bit types use 8-byte vectors.
+_INT64_MAX_LANES = 4
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """One build: a configuration scheduled by one rule with one set of parameters."""
+
+    config: OpConfig
+    schedule: str = "tiled"
+    params: Any = None  # the rule's Params; None -> the rule's default for config
+    preferred: bool = True  # False for tuning candidates: never picked by default
+
+    def resolved_params(self) -> Any:
+        rule = get_rule(self.schedule)
+        return rule.default_params(self.config) if self.params is None else self.params
+
+    @property
+    def stem(self) -> str:
+        blob = json.dumps(params_as_dict(self.resolved_params()), sort_keys=True)
+        digest = hashlib.sha1(blob.encode()).hexdigest()[:8]
+        return f"{self.config.tag}/{self.schedule}-{digest}"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What one kernel of a build is specialised for."""
+
+    pass_: str
+    vec: int
+    index_dtype: str
+
+
+def schedule_module(request: BuildRequest) -> dict[str, tuple[Variant, Any]]:
+    """Every kernel variant of ``request``, scheduled, by global symbol."""
+    rule = get_rule(request.schedule)
+    params = request.resolved_params()
+    rule.check_params(request.config, params)
+    full_vec = rule.vector_width(request.config, params)
+    funcs = {}
+    for pass_, compute in PASSES.items():
+        for index_dtype in INDEX_DTYPES:
+            widest = full_vec if index_dtype == "int32" else min(full_vec, _INT64_MAX_LANES)
+            for vec in sorted({widest, 1}, reverse=True):
+                symbol = kernel_symbol(pass_, request.schedule, vec, index_dtype)
+                func = compute(request.config, vec=vec, index_dtype=index_dtype, name=symbol)
+                funcs[symbol] = (Variant(pass_, vec, index_dtype),
+                                 rule.apply(func, pass_, request.config, params, vec))
+    return funcs
+
+
+def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
+              compiler: str = "auto") -> dict:
+    """Build ``request`` into ``out_dir``; return its manifest entry."""
+    scheduled = schedule_module(request)
+    lowered = lower_cuda({symbol: func for symbol, (_, func) in scheduled.items()}, arch=archs[-1])
+    source = out_dir / f"{request.stem}.cu"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    source.write_text(pack_16bit_gathers(lowered.source, request.config.dtype))
+    compiled = compile_source(source, archs, compiler)
+    rule = get_rule(request.schedule)
+    params = request.resolved_params()
+    kernels = []
+    for symbol, contract in lowered.kernels.items():
+        variant = scheduled[symbol][0]
+        kernels.append({"pass": variant.pass_, "vec": variant.vec,
+                        "index_dtype": variant.index_dtype, **contract,
+                        "resources": compiled.resources.get(contract["entry"], {})})
+    folder = Path(request.stem).parent
+    return {
+        "key_dim": request.config.key_dim,
+        "num_heads": request.config.num_heads,
+        "dtype": request.config.dtype,
+        "schedule": request.schedule,
+        "schedule_params": params_as_dict(params),
+        "vector_width": rule.vector_width(request.config, params),
+        "preferred": request.preferred,
+        "archs": archs,
+        "compiler": compiled.compiler,
+        "source": f"{request.stem}.cu",
+        "binaries": [{**b, "path": str(folder / b["path"])} for b in compiled.binaries],
+        "kernels": kernels,
+    }
+
+
+def build_artifacts(requests: Iterable[BuildRequest], out_dir: str | os.PathLike,
+                    archs: Iterable[str] = DEFAULT_ARCHS, *, jobs: int | None = None,
+                    compiler: str = "auto", progress: bool = False) -> Path:
+    """Build every request into ``out_dir`` (in parallel) and merge them into its manifest."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    arch_list = check_archs(list(archs))
+    requests = list(dict.fromkeys(requests))
+    jobs = jobs or min(len(requests), os.cpu_count() or 1) or 1
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(requests), desc="psa-tvm build", unit="build")
+
+    def run(request: BuildRequest) -> dict:
+        entry = build_one(request, out, arch_list, compiler)
+        if bar is not None:
+            bar.update(1)
+        return entry
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        entries = list(pool.map(run, requests))
+    if bar is not None:
+        bar.close()
+    return write_manifest(out, entries)
+
+
+def write_manifest(out: Path, entries: list[dict]) -> Path:
+    """Merge ``entries`` into ``out/manifest.json``; a rebuilt source replaces its old entry."""
+    path = out / MANIFEST_NAME
+    builds: dict[str, dict] = {}
+    if path.exists():
+        builds = {b["source"]: b for b in json.loads(path.read_text())["builds"]}
+    builds.update({e["source"]: e for e in entries})
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "psa_tvm_version": __version__,
+        "tvm_version": tvm.__version__,
+        "builds": sorted(builds.values(), key=lambda b: b["source"]),
+    }
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1))
+    tmp.replace(path)
+    return path

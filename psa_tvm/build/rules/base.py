@@ -1,0 +1,74 @@
+"""The interface every GPU schedule rule implements.
+
+A rule is a small named object, like TVM's dlight rules: it takes the unscheduled PrimFunc of
+one pass and returns it scheduled for the GPU. Everything tunable lives in one frozen dataclass
+(``Params``) so that tuning, the manifest and the CLI can list, serialise and compare it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Literal
+
+import tvm
+from tvm import s_tir
+from tvm.tirx import PrimFunc
+
+from psa_tvm.config import OpConfig
+
+Pass = Literal["forward", "backward"]
+
+
+class ScheduleRule(ABC):
+    """Turns one pass's PrimFunc into a GPU kernel."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type]
+
+    def default_params(self, config: OpConfig) -> Any:
+        """Parameters used when nothing was tuned for ``config``."""
+        return self.Params()
+
+    def params_from_dict(self, values: dict[str, Any]) -> Any:
+        return self.Params(**values)
+
+    @abstractmethod
+    def vector_width(self, config: OpConfig, params: Any) -> int:
+        """Elements per 16-byte access this rule wants; ``N`` must be a multiple to use it."""
+
+    @abstractmethod
+    def apply(self, func: PrimFunc, pass_: Pass, config: OpConfig, params: Any, vec: int) -> PrimFunc:
+        """Schedule ``func`` (built with ``N = NV * vec``) and return the scheduled PrimFunc."""
+
+    def check_params(self, config: OpConfig, params: Any) -> None:  # noqa: B027 - optional hook
+        """Raise ``ValueError`` if ``params`` cannot schedule ``config``."""
+
+
+def params_as_dict(params: Any) -> dict[str, Any]:
+    return dataclasses.asdict(params)
+
+
+def new_schedule(func: PrimFunc) -> tuple[s_tir.Schedule, str]:
+    """A schedule over ``func`` with the function selected, and the function's name."""
+    name = str(func.attrs["global_symbol"])
+    sch = s_tir.Schedule(tvm.IRModule({name: func}))
+    sch.work_on(name)
+    return sch, name
+
+
+def finish(sch: s_tir.Schedule, name: str) -> PrimFunc:
+    """The scheduled function, with buffers compacted so symbolic ``N`` still gives fixed tiles.
+
+    The strict ``CompactBufferAllocation`` of the default pipeline sizes a shared tile as
+    ``min(N, tile)``, which is not a constant and fails codegen; the non-strict variant keeps the
+    full tile size.
+    """
+    compact = tvm.transform.Sequential(
+        [
+            s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+            s_tir.transform.ConvertBlocksToOpaque(),
+            s_tir.transform.CompactBufferAllocation(is_strict=False),
+        ]
+    )
+    return compact(sch.mod)[name]

@@ -1,0 +1,48 @@
+"""``seed``: the original kernel layout, kept as the baseline the other rules are measured against.
+
+Grid ``[B*nh*N, 1, 1]``: one CTA per ``(b*nh + h, n)`` row of ``lo``/``hi``, ``kd`` threads, one
+element each, both halves written by the same thread. Loads are coalesced along ``kd``; stores
+hit ``kd`` different channel rows ``N`` elements apart (the strided NCHW store the tiled rule
+exists to fix). Fusing the symbolic ``N`` into the block index costs a floor-div/mod per
+element, as the original did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from tvm.tirx import PrimFunc
+
+from psa_tvm.build.compute import BACKWARD_BLOCK, FORWARD_BLOCK
+from psa_tvm.build.rules.base import Pass, ScheduleRule, finish, new_schedule
+from psa_tvm.config import OpConfig
+
+
+@dataclass(frozen=True)
+class SeedParams:
+    """The seed layout has nothing to tune."""
+
+
+class Seed(ScheduleRule):
+    """One CTA per spatial row, ``kd`` lanes; see the module docstring."""
+
+    name: ClassVar[str] = "seed"
+    Params: ClassVar[type] = SeedParams
+
+    def vector_width(self, config: OpConfig, params: SeedParams) -> int:
+        return 1
+
+    def apply(self, func: PrimFunc, pass_: Pass, config: OpConfig, params: SeedParams,
+              vec: int) -> PrimFunc:
+        sch, name = new_schedule(func)
+        block = sch.get_sblock(FORWARD_BLOCK if pass_ == "forward" else BACKWARD_BLOCK)
+        loops = sch.get_loops(block)
+        if pass_ == "forward":
+            b, h, s, d, n = loops
+        else:
+            b, h, s, n, d = loops
+        sch.reorder(b, h, n, s, d)
+        sch.bind(sch.fuse(b, h, n), "blockIdx.x")
+        sch.bind(d, "threadIdx.x")
+        return finish(sch, name)

@@ -1,0 +1,149 @@
+"""``tiled``: a shared-memory tiled transpose with 16-byte global loads and stores.
+
+One CTA owns one ``(b, h, s)`` slice and a tile of ``tile_n`` spatial positions, i.e. the
+``[tile_n, kd]`` block of ``lo``/``hi`` (contiguous in memory) and the ``[kd, tile_n]`` block of
+the merged output (``kd`` rows of ``tile_n`` contiguous elements). The side that is contiguous
+along ``kd`` moves through shared memory one 16-byte vector per thread, scattered into (or
+gathered from) the tile column; the side that is contiguous along ``n`` moves row-wise with
+16-byte vectors on both global and shared memory.
+
+Bank conflicts come from the scattered side: a warp's threads write the ``vec`` elements of
+their vector into ``vec`` different tile rows. With ``row_threads`` threads sharing one
+``kd``-row and the tile row padded by ``pad_bytes``, consecutive rows of a warp fall in
+different banks; ``row_threads=2`` (float32) and ``1`` (16-bit types) with a 16-byte pad are
+conflict-free while keeping the row-wise side 16-byte aligned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from tvm.tirx import PrimFunc
+
+from psa_tvm.build.compute import BACKWARD_BLOCK, FORWARD_BLOCK
+from psa_tvm.build.rules.base import Pass, ScheduleRule, finish, new_schedule
+from psa_tvm.config import OpConfig
+
+_BANK_ROW_BYTES = 128  # 32 banks x 4 bytes
+_TARGET_TILE_BYTES = 16384
+
+
+@dataclass(frozen=True)
+class TiledParams:
+    """Tunable parameters of :class:`Tiled`."""
+
+    tile_n: int = 64
+    """Spatial positions per CTA tile (the tile is ``tile_n x key_dim``)."""
+    threads: int = 256
+    """Threads per CTA."""
+    row_threads: int = 2
+    """Threads sharing one ``kd``-row on the scattered side (sets the bank pattern)."""
+    vec_bytes: int = 16
+    """Bytes per global access; 16 gives ``LDG.128``/``STG.128``."""
+    pad_bytes: int = 16
+    """Padding of each shared-memory tile row, in bytes."""
+
+
+def _pow2_floor(x: int) -> int:
+    return 1 << (max(1, x).bit_length() - 1)
+
+
+class Tiled(ScheduleRule):
+    """Shared-memory tiled transpose; see the module docstring."""
+
+    name: ClassVar[str] = "tiled"
+    Params: ClassVar[type] = TiledParams
+
+    def vector_width(self, config: OpConfig, params: TiledParams) -> int:
+        vec = max(1, params.vec_bytes // config.itemsize)
+        while config.key_dim % vec:
+            vec //= 2
+        return vec
+
+    def default_params(self, config: OpConfig) -> TiledParams:
+        probe = TiledParams()
+        vec = self.vector_width(config, probe)
+        row_threads = max(1, min(2 if config.itemsize == 4 else 1, config.key_dim // vec))
+        tile_n = _pow2_floor(_TARGET_TILE_BYTES // (config.key_dim * config.itemsize))
+        tile_n = min(512, max(32, tile_n))
+        threads = min(256, tile_n * config.key_dim // vec)
+        if tile_n % (threads // row_threads):
+            threads = tile_n * row_threads
+        return TiledParams(tile_n=tile_n, threads=threads, row_threads=row_threads)
+
+    def check_params(self, config: OpConfig, params: TiledParams) -> None:
+        vec = self.vector_width(config, params)
+        problems = []
+        if params.threads % 32 or not 32 <= params.threads <= 1024:
+            problems.append(f"threads={params.threads} must be a multiple of 32 in [32, 1024]")
+        if params.threads % params.row_threads:
+            problems.append(f"threads={params.threads} is not a multiple of row_threads")
+        elif params.tile_n % (params.threads // params.row_threads):
+            problems.append(
+                f"tile_n={params.tile_n} is not a multiple of threads/row_threads="
+                f"{params.threads // params.row_threads}"
+            )
+        if config.key_dim % (params.row_threads * vec):
+            problems.append(
+                f"key_dim={config.key_dim} is not a multiple of row_threads*vec="
+                f"{params.row_threads * vec}"
+            )
+        if params.tile_n % vec or (params.tile_n // vec * config.key_dim) % params.threads:
+            problems.append(
+                f"tile_n={params.tile_n} must be a multiple of vec={vec} with "
+                f"tile_n/vec*key_dim divisible by threads={params.threads}"
+            )
+        if params.pad_bytes % config.itemsize:
+            problems.append(f"pad_bytes={params.pad_bytes} is not a multiple of the item size")
+        if problems:
+            raise ValueError(f"tiled params {params} do not fit {config}: " + "; ".join(problems))
+
+    def apply(self, func: PrimFunc, pass_: Pass, config: OpConfig, params: TiledParams,
+              vec: int) -> PrimFunc:
+        self.check_params(config, params)
+        sch, name = new_schedule(func)
+        block = sch.get_sblock(FORWARD_BLOCK if pass_ == "forward" else BACKWARD_BLOCK)
+        loops = sch.get_loops(block)
+        if pass_ == "forward":
+            b, h, s, d, n = loops
+        else:
+            b, h, s, n, d = loops
+        bhs = sch.fuse(b, h, s)
+        n_tile, n_in = sch.split(n, [None, params.tile_n])
+        sch.reorder(bhs, n_tile, n_in, d)
+        sch.bind(n_tile, "blockIdx.x")
+        sch.bind(bhs, "blockIdx.y")
+
+        if pass_ == "forward":
+            staged = sch.cache_write(block, 0, "shared")
+            sch.reverse_compute_at(staged, n_tile)
+            aligned_block = block
+        else:
+            staged = sch.cache_read(block, 0, "shared")
+            sch.compute_at(staged, n_tile)
+            aligned_block = staged
+
+        # The kd-contiguous side: a warp covers threads/row_threads rows, row_threads vectors each.
+        rows_per_pass = params.threads // params.row_threads
+        n_outer, n_row = sch.split(n_in, [None, rows_per_pass])
+        d_outer, d_thread, d_vec = sch.split(d, [None, params.row_threads, vec])
+        sch.reorder(n_outer, d_outer, n_row, d_thread, d_vec)
+        sch.bind(sch.fuse(n_row, d_thread), "threadIdx.x")
+        sch.vectorize(d_vec)
+        sch.unroll(n_outer)
+        sch.unroll(d_outer)
+
+        # The n-contiguous side: whole tile rows, one vector per thread per step.
+        ax_d, ax_n = sch.get_loops(staged)[-2:]
+        n_vectors, n_vec = sch.split(ax_n, [None, vec])
+        steps, thread = sch.split(sch.fuse(ax_d, n_vectors), [None, params.threads])
+        sch.bind(thread, "threadIdx.x")
+        sch.vectorize(n_vec)
+        sch.unroll(steps)
+
+        sch.storage_align(
+            aligned_block, 0, axis=3, factor=_BANK_ROW_BYTES // config.itemsize,
+            offset=params.pad_bytes // config.itemsize,
+        )
+        return finish(sch, name)

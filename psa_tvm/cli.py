@@ -1,0 +1,196 @@
+"""``psa-tvm``: demo, build, inspect, bench and tune from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from psa_tvm.config import DTYPE_ITEMSIZE, OpConfig
+
+#: YOLO11s/m/l C2PSA at 640 px: 256 channels, 4 heads of head_dim 64, key_dim = 64 / 2.
+DEFAULT_CONFIG = OpConfig(key_dim=32, num_heads=4, dtype="float32")
+
+
+def _add_config_args(parser: argparse.ArgumentParser, many: bool = False) -> None:
+    nargs = "+" if many else None
+    parser.add_argument("--key-dim", type=int, nargs=nargs, default=[32] if many else 32)
+    parser.add_argument("--num-heads", type=int, nargs=nargs, default=[4] if many else 4)
+    parser.add_argument("--dtype", nargs=nargs, choices=sorted(DTYPE_ITEMSIZE),
+                        default=["float32"] if many else "float32")
+
+
+def _timed(fn, repeat: int = 20) -> float:
+    """Median wall time of ``fn()`` in microseconds (``fn`` synchronizes itself)."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2] * 1e6
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import torch
+
+    from psa_tvm import merge, merge_backward, reference
+    from psa_tvm.runtime.launcher import cuda_available
+    from psa_tvm.runtime.runtime_op import cache_dir, default_artifacts_dir
+
+    config = OpConfig(args.key_dim, args.num_heads, args.dtype)
+    device = "cuda" if (args.device in (None, "cuda") and torch.cuda.is_available()
+                        and cuda_available()) else "cpu"
+    if args.device == "cuda" and device != "cuda":
+        print("psa-tvm demo: no usable CUDA GPU here, running on the CPU", file=sys.stderr)
+    dtype = getattr(torch, config.dtype)
+    B, H, W, nh, kd = args.batch, args.height, args.width, config.num_heads, config.key_dim
+    gen = torch.Generator().manual_seed(0)
+    lo = torch.randn(B * nh, H * W, kd, generator=gen).to(device, dtype)
+    hi = torch.randn(B * nh, H * W, kd, generator=gen).to(device, dtype)
+    grad = torch.randn(B, 2 * nh * kd, H, W, generator=gen).to(device, dtype)
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    start = time.perf_counter()
+    merged = merge(lo, hi, nh, H, W)
+    d_lo, d_hi = merge_backward(grad, nh, kd)
+    sync()
+    first_call = time.perf_counter() - start
+    ok_fwd = torch.equal(merged, reference.merge(lo, hi, nh, H, W))
+    ref_lo, ref_hi = reference.merge_backward(grad, nh, kd)
+    ok_bwd = torch.equal(d_lo, ref_lo) and torch.equal(d_hi, ref_hi)
+    fwd_us = _timed(lambda: (merge(lo, hi, nh, H, W), sync()))
+    bwd_us = _timed(lambda: (merge_backward(grad, nh, kd), sync()))
+    print(f"psa-tvm demo on {device} ({config.tag})")
+    print(f"  lo, hi   : {list(lo.shape)} {config.dtype}")
+    print(f"  merged   : {list(merged.shape)}   forward  exact: {ok_fwd}   {fwd_us:9.1f} us")
+    print(f"  d_lo,d_hi: {list(d_lo.shape)}   backward exact: {ok_bwd}   {bwd_us:9.1f} us")
+    print(f"  first call (build or load included): {first_call:.2f} s")
+    where = default_artifacts_dir() if device == "cuda" else cache_dir() / "cpu"
+    print(f"  artifacts: {where}")
+    return 0 if ok_fwd and ok_bwd else 1
+
+
+def _requests(args: argparse.Namespace, schedules: list[str]):
+    from psa_tvm.build.artifact import BuildRequest
+    from psa_tvm.build.rules import get_rule
+    from psa_tvm.runtime.tuned import tuned_entry
+
+    for kd, nh, dtype, schedule in itertools.product(args.key_dim, args.num_heads, args.dtype,
+                                                     schedules):
+        config = OpConfig(kd, nh, dtype)
+        rule = get_rule(schedule)
+        yield BuildRequest(config, schedule)
+        for arch in args.arch:
+            for pass_ in ("forward", "backward"):
+                tuned = tuned_entry(arch, pass_, config)
+                if tuned and tuned["schedule"] == schedule:
+                    yield BuildRequest(config, schedule, rule.params_from_dict(tuned["params"]))
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from psa_tvm.build.artifact import build_artifacts
+    from psa_tvm.build.rules import RULES
+
+    schedules = args.schedule or sorted(RULES)
+    requests = list(dict.fromkeys(_requests(args, schedules)))
+    path = build_artifacts(requests, args.output, args.arch, jobs=args.jobs,
+                           compiler=args.compiler, progress=not args.quiet)
+    print(f"wrote {len(requests)} builds for {args.arch} to {path}")
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from psa_tvm.build.compute import merge_backward, merge_forward
+
+    config = OpConfig(args.key_dim, args.num_heads, args.dtype)
+    if args.schedule is None:
+        print(merge_forward(config).script())
+        print(merge_backward(config).script())
+        return 0
+    from psa_tvm.build.artifact import BuildRequest, build_artifacts
+    from psa_tvm.runtime.manifest import Manifest
+    from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
+
+    batch, height, width = args.shape
+    with tempfile.TemporaryDirectory() as tmp:
+        build_artifacts([BuildRequest(config, args.schedule)], tmp, [args.arch])
+        build = Manifest.load(tmp).find(config, args.schedule)
+        op = PsaMergeAttnRuntimeOp(config.key_dim, config.num_heads, config.dtype,
+                                   schedule=args.schedule, artifacts=tmp, arch=args.arch)
+        rows, n = batch * config.num_heads, height * width
+        plans = {"forward": op.plan_forward([(rows, n, config.key_dim)] * 2),
+                 "backward": op.plan_backward((batch, config.channels, height, width))}
+        if "cuda" in args.show:
+            print(build.source.read_text())
+        print(f"# schedule {build.schedule} {json.dumps(build.schedule_params)}")
+        for pass_, plan in plans.items():
+            kernel = plan.kernel
+            print(f"\n## {pass_} for B={batch}, H={height}, W={width}: {kernel.entry}")
+            print(f"   variant     : vec={kernel.vec} {kernel.index_dtype}")
+            print(f"   parameters  : " + ", ".join(
+                f"{p['name']}:{p['type']}" + (f"<-{p['tensor']}" if "tensor" in p else "")
+                for p in kernel.params))
+            print(f"   grid        : {list(kernel.grid)} = {list(plan.grid)}")
+            print(f"   block       : {list(kernel.block)} = {list(plan.block)}")
+            print(f"   dynamic smem: {plan.shared_bytes} B")
+            print(f"   arguments   : " + ", ".join(f"{n}={v}" for k, n, v in plan.args
+                                                   if k != "ptr"))
+        if "resources" in args.show:
+            print("\n## nvcc -Xptxas -v (per kernel)")
+            for kernel in build.kernels:
+                for arch, res in sorted(kernel.resources.items()):
+                    print(f"   {kernel.entry:36s} {arch}: {res['registers']:3d} regs, "
+                          f"{res['smem_bytes']:6d} B smem, {res['stack_frame']} B stack, "
+                          f"spills {res['spill_stores']}/{res['spill_loads']} B")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from psa_tvm.build.nvcc import DEFAULT_ARCHS
+
+    parser = argparse.ArgumentParser(prog="psa-tvm", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="build, run and check the op for a YOLO configuration")
+    _add_config_args(demo)
+    demo.add_argument("--batch", type=int, default=1)
+    demo.add_argument("--height", type=int, default=20)
+    demo.add_argument("--width", type=int, default=20)
+    demo.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    demo.set_defaults(func=cmd_demo)
+
+    build = sub.add_parser("build", help="build CUDA artifacts (cubin/fatbin + manifest)")
+    _add_config_args(build, many=True)
+    build.add_argument("--arch", nargs="+", default=list(DEFAULT_ARCHS))
+    build.add_argument("--schedule", nargs="+", default=None, help="default: every rule")
+    build.add_argument("-o", "--output", required=True)
+    build.add_argument("-j", "--jobs", type=int, default=None)
+    build.add_argument("--compiler", choices=["auto", "nvcc", "nvrtc"], default="auto")
+    build.add_argument("-q", "--quiet", action="store_true")
+    build.set_defaults(func=cmd_build)
+
+    inspect = sub.add_parser("inspect", help="print TensorIR, CUDA, parameters, launch config")
+    _add_config_args(inspect)
+    inspect.add_argument("--schedule", default=None,
+                         help="without it: the TensorIR; with it: that schedule's kernels")
+    inspect.add_argument("--shape", type=int, nargs=3, default=(1, 20, 20),
+                         metavar=("B", "H", "W"))
+    inspect.add_argument("--arch", default="sm_90")
+    inspect.add_argument("--show", nargs="+", default=["cuda", "resources"],
+                         choices=["cuda", "resources", "launch"])
+    inspect.set_defaults(func=cmd_inspect)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

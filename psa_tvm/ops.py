@@ -1,0 +1,119 @@
+"""``merge`` and ``merge_backward``: the op as plain functions, dispatching on the device.
+
+CPU tensors (torch or numpy) run the LLVM build of the TensorIR (needs TVM); CUDA tensors run
+the prebuilt kernels through the CUDA driver (needs cuda-python, not TVM). Outputs may be passed
+in (``out=``, ``d_lo=``/``d_hi=``); otherwise they are allocated like the input.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from psa_tvm.config import OpConfig
+from psa_tvm.runtime.tensors import CPU, CUDA, TensorInfo, tensor_info
+from psa_tvm.validation import (
+    MergeDims,
+    check_backward_input,
+    check_forward_inputs,
+    check_no_overlap,
+    check_output,
+)
+
+
+def merge(lo: Any, hi: Any, num_heads: int, H: int, W: int, *, out: Any = None) -> Any:
+    """Merge the two attention outputs ``[B*nh, H*W, kd]`` into ``[B, 2*nh*kd, H, W]``.
+
+    ``merged[b, h*2kd + d, n] = lo[b*nh + h, n, d]`` and ``merged[b, h*2kd + kd + d, n] =
+    hi[b*nh + h, n, d]``. Returns ``out`` (allocated when not given).
+    """
+    lo_info, hi_info = tensor_info(lo, "lo"), tensor_info(hi, "hi")
+    dims = check_forward_inputs(lo_info, hi_info, num_heads, H, W)
+    if out is None:
+        out = _empty_like(lo, dims.merged_shape)
+    out_info = tensor_info(out, "out")
+    check_output("out", out_info, dims.merged_shape, "lo", lo_info)
+    check_no_overlap("out", out_info, "lo", lo_info)
+    check_no_overlap("out", out_info, "hi", hi_info)
+    config = OpConfig(dims.key_dim, num_heads, lo_info.dtype)
+    if dims.merged_numel == 0:
+        return out
+    if lo_info.device == CUDA:
+        _runtime_op(config).launch_forward(lo, hi, out, _current_stream(lo_info), (H, W))
+    elif lo_info.device == CPU:
+        from psa_tvm.build.cpu import cpu_kernels
+
+        out5 = _reshape(out, (dims.batch, num_heads, 2, dims.key_dim, dims.n))
+        cpu_kernels(config).forward(lo, hi, out5, dims.n)
+    else:
+        raise ValueError(f"lo: expected a CPU or CUDA tensor, got device {lo_info.device}")
+    return out
+
+
+def merge_backward(d_merged: Any, num_heads: int, key_dim: int, *, d_lo: Any = None,
+                   d_hi: Any = None) -> tuple[Any, Any]:
+    """The inverse gather: ``d_merged [B, c, H, W]`` -> ``(d_lo, d_hi)``, each ``[B*nh, H*W, kd]``."""
+    g_info = tensor_info(d_merged, "d_merged")
+    dims = check_backward_input(g_info, num_heads, key_dim)
+    outputs = []
+    for name, given in (("d_lo", d_lo), ("d_hi", d_hi)):
+        if given is None:
+            given = _empty_like(d_merged, dims.half_shape)
+        info = tensor_info(given, name)
+        check_output(name, info, dims.half_shape, "d_merged", g_info)
+        check_no_overlap(name, info, "d_merged", g_info)
+        outputs.append(given)
+    check_no_overlap("d_hi", tensor_info(outputs[1], "d_hi"), "d_lo",
+                     tensor_info(outputs[0], "d_lo"))
+    d_lo, d_hi = outputs
+    if dims.merged_numel == 0:
+        return d_lo, d_hi
+    config = OpConfig(key_dim, num_heads, g_info.dtype)
+    if g_info.device == CUDA:
+        _runtime_op(config).launch_backward(d_merged, d_lo, d_hi, _current_stream(g_info))
+    elif g_info.device == CPU:
+        from psa_tvm.build.cpu import cpu_kernels
+
+        g5 = _reshape(d_merged, _five(dims))
+        cpu_kernels(config).backward(g5, d_lo, d_hi, dims.n)
+    else:
+        raise ValueError(f"d_merged: expected a CPU or CUDA tensor, got device {g_info.device}")
+    return d_lo, d_hi
+
+
+@lru_cache(maxsize=64)
+def _runtime_op(config: OpConfig):
+    from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
+
+    return PsaMergeAttnRuntimeOp(config.key_dim, config.num_heads, config.dtype)
+
+
+def _five(dims: MergeDims) -> tuple[int, ...]:
+    return (dims.batch, dims.num_heads, 2, dims.key_dim, dims.n)
+
+
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def _empty_like(like: Any, shape: tuple[int, ...]) -> Any:
+    if _is_torch(like):
+        return like.new_empty(shape)
+    import numpy as np
+
+    if isinstance(like, np.ndarray):
+        return np.empty(shape, dtype=like.dtype)
+    raise TypeError(f"cannot allocate an output like {type(like).__name__}: pass it in")
+
+
+def _reshape(x: Any, shape: tuple[int, ...]) -> Any:
+    return x.view(shape) if _is_torch(x) else x.reshape(shape)
+
+
+def _current_stream(info: TensorInfo) -> int:
+    """torch's current stream on the tensor's device; the legacy stream without torch."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.current_stream(info.device_index).cuda_stream

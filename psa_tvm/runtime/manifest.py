@@ -1,0 +1,192 @@
+"""Reading an artifact directory's manifest: kernels, their parameters and launch expressions.
+
+This module is part of the run-time half: it imports no TVM. The expressions in the manifest
+(``"NV + 31 >> 5"``, ``"B * T.int64(8)"``) are TVMScript as TVM printed them; their operators
+have Python's meaning and precedence (``//`` and ``%`` are floor operations in both), so a small
+whitelisting evaluator computes them for concrete shapes.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import operator
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from psa_tvm.config import OpConfig
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = 1
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+           ast.RShift: operator.rshift, ast.LShift: operator.lshift}
+_CASTS = {"int32", "int64"}
+_FUNCS = {"min": min, "max": max}
+
+
+def kernel_symbol(pass_: str, schedule: str, vec: int, index_dtype: str) -> str:
+    """Global symbol of one kernel variant; TVM appends ``_kernel`` for the device entry."""
+    short = {"forward": "fwd", "backward": "bwd"}[pass_]
+    return f"psa_merge_{short}_{schedule}_v{vec}_{'i64' if index_dtype == 'int64' else 'i32'}"
+
+
+@lru_cache(maxsize=512)
+def _parse(expr: str) -> ast.expr:
+    tree = ast.parse(expr, mode="eval").body
+    for node in ast.walk(tree):
+        allowed = (ast.BinOp, ast.Name, ast.Constant, ast.Call, ast.Attribute, ast.Load,
+                   *(_BINOPS))
+        if not isinstance(node, allowed):
+            raise ValueError(f"unsupported launch expression {expr!r}")
+    return tree
+
+
+def _eval(node: ast.expr, env: dict[str, int]) -> int:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.Name):
+        return env[node.id]
+    if isinstance(node, ast.BinOp):
+        return _BINOPS[type(node.op)](_eval(node.left, env), _eval(node.right, env))
+    if isinstance(node, ast.Call):
+        func = node.func
+        args = [_eval(a, env) for a in node.args]
+        if isinstance(func, ast.Attribute) and func.attr in _CASTS:  # T.int64(8)
+            return args[0]
+        if isinstance(func, ast.Name) and func.id in _FUNCS:
+            return _FUNCS[func.id](*args)
+    raise ValueError(f"unsupported launch expression node {ast.dump(node)}")
+
+
+def evaluate(expr: str, symbols: dict[str, int]) -> int:
+    """Value of a manifest expression for concrete ``symbols``."""
+    return int(_eval(_parse(expr), symbols))
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One compiled kernel and its launch contract, as recorded in the manifest."""
+
+    pass_: str
+    vec: int
+    index_dtype: str
+    entry: str
+    params: tuple[dict, ...]
+    grid: tuple[str, str, str]
+    block: tuple[str, str, str]
+    dynamic_smem_bytes: int
+    symbols: dict[str, dict]
+    resources: dict[str, dict]
+
+    @classmethod
+    def from_json(cls, data: dict) -> KernelSpec:
+        return cls(pass_=data["pass"], vec=data["vec"], index_dtype=data["index_dtype"],
+                   entry=data["entry"], params=tuple(data["params"]), grid=tuple(data["grid"]),
+                   block=tuple(data["block"]), dynamic_smem_bytes=data["dynamic_smem_bytes"],
+                   symbols=data["symbols"], resources=data.get("resources", {}))
+
+    def bind_symbols(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+        """Shape symbols (``B``, ``NV``) from the concrete shapes of the kernel's tensors."""
+        return {name: shapes[b["tensor"]][b["axis"]] // b["divisor"]
+                for name, b in self.symbols.items()}
+
+    def launch_dims(self, symbols: dict[str, int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        grid = tuple(evaluate(e, symbols) for e in self.grid)
+        block = tuple(evaluate(e, symbols) for e in self.block)
+        return grid, block
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """One build of the manifest: a config, a schedule with its parameters, its kernels."""
+
+    root: Path
+    config: OpConfig
+    schedule: str
+    schedule_params: dict[str, Any]
+    vector_width: int
+    preferred: bool
+    archs: tuple[str, ...]
+    source: Path
+    binaries: tuple[dict, ...]
+    kernels: tuple[KernelSpec, ...]
+
+    @classmethod
+    def from_json(cls, root: Path, data: dict) -> BuildSpec:
+        return cls(
+            root=root,
+            config=OpConfig(data["key_dim"], data["num_heads"], data["dtype"]),
+            schedule=data["schedule"], schedule_params=data["schedule_params"],
+            vector_width=data["vector_width"], preferred=data.get("preferred", True),
+            archs=tuple(data["archs"]), source=root / data["source"],
+            binaries=tuple(data["binaries"]),
+            kernels=tuple(KernelSpec.from_json(k) for k in data["kernels"]),
+        )
+
+    def kernel(self, pass_: str, vec: int, index_dtype: str) -> KernelSpec:
+        for spec in self.kernels:
+            if (spec.pass_, spec.vec, spec.index_dtype) == (pass_, vec, index_dtype):
+                return spec
+        raise LookupError(f"{self.source.name}: no {pass_} kernel with vec={vec}, {index_dtype}")
+
+    def binary_for(self, arch: str) -> tuple[Path, str]:
+        """The binary to load on a GPU of ``arch`` (``sm_90``): exact SASS first, then PTX."""
+        major_minor = int(arch.removeprefix("sm_").rstrip("a"))
+        for entry in self.binaries:
+            if arch in entry["archs"]:
+                return self.root / entry["path"], entry["format"]
+        for entry in self.binaries:
+            if any(int(p.removeprefix("compute_").rstrip("a")) <= major_minor for p in entry["ptx"]):
+                return self.root / entry["path"], entry["format"]
+        raise LookupError(
+            f"{self.source.name} was built for {list(self.archs)}; nothing runs on {arch}: "
+            f"rebuild with --arch {arch}"
+        )
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """An artifact directory's manifest."""
+
+    root: Path
+    psa_tvm_version: str
+    tvm_version: str
+    builds: tuple[BuildSpec, ...]
+
+    @classmethod
+    def load(cls, root: str | Path) -> Manifest:
+        root = Path(root)
+        path = root / MANIFEST_NAME
+        if not path.is_file():
+            raise FileNotFoundError(f"artifacts: no {MANIFEST_NAME} in {root}; run `psa-tvm build`")
+        data = json.loads(path.read_text())
+        if data.get("format") != MANIFEST_FORMAT:
+            raise ValueError(f"{path}: manifest format {data.get('format')}, "
+                             f"this psa-tvm reads {MANIFEST_FORMAT}")
+        return cls(root=root, psa_tvm_version=data["psa_tvm_version"],
+                   tvm_version=data["tvm_version"],
+                   builds=tuple(BuildSpec.from_json(root, b) for b in data["builds"]))
+
+    def find(self, config: OpConfig, schedule: str,
+             params: dict[str, Any] | None = None) -> BuildSpec:
+        """The build of ``config`` with ``schedule`` (and ``params`` if given, else preferred)."""
+        matches = [b for b in self.builds if b.config == config and b.schedule == schedule]
+        if params is not None:
+            exact = [b for b in matches if b.schedule_params == params]
+            if exact:
+                return exact[0]
+        preferred = [b for b in matches if b.preferred]
+        if preferred:
+            return preferred[0]
+        if matches:
+            return matches[0]
+        have = sorted({(b.config.tag, b.schedule) for b in self.builds})
+        raise LookupError(
+            f"artifacts in {self.root} have no {schedule!r} build for {config.tag} "
+            f"(have {have}); run `psa-tvm build --key-dim {config.key_dim} "
+            f"--num-heads {config.num_heads} --dtype {config.dtype} --schedule {schedule}`"
+        )

@@ -1,0 +1,1 @@
+"""Tuned schedule tables (data): ``<arch>.json``, written by ``scripts/tune.py``."""
