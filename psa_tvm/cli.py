@@ -83,9 +83,14 @@ def _requests(args: argparse.Namespace, schedules: list[str]):
     from psa_tvm.build.rules import get_rule
     from psa_tvm.runtime.tuned import tuned_entry
 
-    for kd, nh, dtype, schedule in itertools.product(args.key_dim, args.num_heads, args.dtype,
-                                                     schedules):
-        config = OpConfig(kd, nh, dtype)
+    if args.preset:
+        from psa_tvm.presets import PRESETS
+
+        configs = [c for name in args.preset for c in PRESETS[name]]
+    else:
+        configs = [OpConfig(kd, nh, dtype) for kd, nh, dtype
+                   in itertools.product(args.key_dim, args.num_heads, args.dtype)]
+    for config, schedule in itertools.product(configs, schedules):
         rule = get_rule(schedule)
         yield BuildRequest(config, schedule)
         for arch in args.arch:
@@ -169,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
 
     build = sub.add_parser("build", help="build CUDA artifacts (cubin/fatbin + manifest)")
     _add_config_args(build, many=True)
+    build.add_argument("--preset", nargs="+", choices=["tests", "yolo11"], default=None,
+                       help="named config sets (instead of --key-dim/--num-heads/--dtype)")
     build.add_argument("--arch", nargs="+", default=list(DEFAULT_ARCHS))
     build.add_argument("--schedule", nargs="+", default=None, help="default: every rule")
     build.add_argument("-o", "--output", required=True)

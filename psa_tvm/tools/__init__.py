@@ -1,0 +1,1 @@
+"""Benchmark and tuning programs (``psa-tvm bench``, ``psa-tvm tune``, ``scripts/*.py``)."""

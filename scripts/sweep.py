@@ -1,0 +1,67 @@
+"""Run forward and backward of every schedule over a shape sweep with tails, checking each result.
+
+Small on purpose: it is the workload of ``scripts/sanitize.sh`` (compute-sanitizer memcheck and
+racecheck) and of ``ncu`` profiling. Exit status 1 on any wrong result.
+
+    PSA_TVM_ARTIFACTS=.artifacts python scripts/sweep.py [--schedules tiled] [--dtypes float16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from psa_tvm import PsaMergeAttnRuntimeOp, reference  # noqa: E402
+from psa_tvm.config import OpConfig  # noqa: E402
+
+SHAPES = ((1, 1, 1), (1, 7, 13), (2, 20, 20), (3, 5, 3), (1, 33, 17))
+CONFIGS = ((8, 1), (32, 4), (128, 8))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--artifacts", default=os.environ.get("PSA_TVM_ARTIFACTS", ".artifacts"))
+    parser.add_argument("--schedules", nargs="+", default=["seed", "tiled"])
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "float16", "bfloat16"])
+    parser.add_argument("--shapes", default=None, help="B,H,W;B,H,W (default: the tail sweep)")
+    args = parser.parse_args()
+    shapes = SHAPES if args.shapes is None else [
+        tuple(int(x) for x in s.split(",")) for s in args.shapes.split(";")]
+    stream = torch.cuda.current_stream().cuda_stream
+    runs = failures = 0
+    for schedule in args.schedules:
+        for dtype in args.dtypes:
+            for key_dim, num_heads in CONFIGS:
+                config = OpConfig(key_dim, num_heads, dtype)
+                op = PsaMergeAttnRuntimeOp(key_dim, num_heads, dtype, schedule=schedule,
+                                           artifacts=args.artifacts)
+                tdtype = getattr(torch, dtype)
+                for batch, height, width in shapes:
+                    rows, n = batch * num_heads, height * width
+                    lo = torch.randn(rows, n, key_dim, device="cuda").to(tdtype) + 2
+                    hi = torch.randn(rows, n, key_dim, device="cuda").to(tdtype) - 2
+                    out = torch.full((batch, config.channels, height, width), float("nan"),
+                                     device="cuda", dtype=tdtype)
+                    op.launch_forward(lo, hi, out, stream, (height, width))
+                    grad = torch.randn(out.shape, device="cuda").to(tdtype) + 2
+                    d_lo, d_hi = torch.full_like(lo, float("nan")), torch.full_like(hi, float("nan"))
+                    op.launch_backward(grad, d_lo, d_hi, stream)
+                    ref_lo, ref_hi = reference.merge_backward(grad, num_heads, key_dim)
+                    ok = (torch.equal(out, reference.merge(lo, hi, num_heads, height, width))
+                          and torch.equal(d_lo, ref_lo) and torch.equal(d_hi, ref_hi))
+                    runs += 2
+                    if not ok:
+                        failures += 1
+                        print(f"WRONG: {schedule} {config.tag} B={batch} H={height} W={width}")
+    torch.cuda.synchronize()
+    print(f"sweep: {runs} launches, {failures} wrong results")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Poisoned outputs with canaries, non-zero inputs, and bitwise comparison."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+_BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+# NaN payloads no input or correct output contains.
+_POISON = {torch.float32: 0x7FC0DEAD, torch.float16: 0x7E5A, torch.bfloat16: 0x7FDA}
+CANARY = 64  # elements of poison before and after every output (keeps 16-byte alignment)
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(_BITS[t.dtype])
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(bits(a), bits(b))
+
+
+def inputs(shape, dtype: torch.dtype, device, seed: int = 0) -> torch.Tensor:
+    """Random normal values, never zero: an unwritten or misplaced element cannot hide."""
+    gen = torch.Generator().manual_seed(seed)
+    t = torch.randn(shape, generator=gen)
+    t = torch.where(t == 0, torch.ones_like(t), t)
+    return t.to(device=device, dtype=dtype)
+
+
+@dataclass
+class Poisoned:
+    """An output tensor in the middle of a poisoned buffer."""
+
+    buffer: torch.Tensor
+    tensor: torch.Tensor
+    offset: int
+
+    def canaries_intact(self) -> bool:
+        poison = _POISON[self.buffer.dtype]
+        raw = self.buffer.view(_BITS[self.buffer.dtype])
+        head, tail = raw[: self.offset], raw[self.offset + self.tensor.numel():]
+        return bool((head == _signed(poison, raw.dtype)).all() and
+                    (tail == _signed(poison, raw.dtype)).all())
+
+
+def _signed(value: int, dtype: torch.dtype) -> int:
+    width = torch.iinfo(dtype).bits
+    return value - (1 << width) if value >= 1 << (width - 1) else value
+
+
+def poisoned(shape, dtype: torch.dtype, device, offset: int = CANARY) -> Poisoned:
+    """A poisoned tensor of ``shape`` at element ``offset`` of a buffer with canaries around."""
+    numel = 1
+    for s in shape:
+        numel *= s
+    buffer = torch.empty(offset + numel + CANARY, dtype=dtype, device=device)
+    buffer.view(_BITS[dtype]).fill_(_signed(_POISON[dtype], _BITS[dtype]))
+    return Poisoned(buffer, buffer[offset: offset + numel].view(shape), offset)
