@@ -195,6 +195,13 @@ def main(argv: list[str] | None = None) -> int:
                          choices=["cuda", "resources", "launch"])
     inspect.set_defaults(func=cmd_inspect)
 
+    for name in ("bench", "tune"):
+        sub.add_parser(name, add_help=False, help=f"see `psa-tvm {name} --help`")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("bench", "tune"):  # these parse their own arguments
+        import importlib
+
+        return importlib.import_module(f"psa_tvm.tools.{argv[0]}").main(argv[1:])
     args = parser.parse_args(argv)
     return args.func(args)
 

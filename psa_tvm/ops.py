@@ -7,6 +7,7 @@ in (``out=``, ``d_lo=``/``d_hi=``); otherwise they are allocated like the input.
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 from typing import Any
 
@@ -28,23 +29,28 @@ def merge(lo: Any, hi: Any, num_heads: int, H: int, W: int, *, out: Any = None) 
     hi[b*nh + h, n, d]``. Returns ``out`` (allocated when not given).
     """
     lo_info, hi_info = tensor_info(lo, "lo"), tensor_info(hi, "hi")
-    dims = check_forward_inputs(lo_info, hi_info, num_heads, H, W)
+    key = (_signature(lo_info), _signature(hi_info), num_heads, H, W)
+    dims = _FORWARD_DIMS.get(key)
+    if dims is None:
+        dims = _remember(_FORWARD_DIMS, key,
+                         check_forward_inputs(lo_info, hi_info, num_heads, H, W))
     if out is None:
         out = _empty_like(lo, dims.merged_shape)
     out_info = tensor_info(out, "out")
     check_output("out", out_info, dims.merged_shape, "lo", lo_info)
     check_no_overlap("out", out_info, "lo", lo_info)
     check_no_overlap("out", out_info, "hi", hi_info)
-    config = OpConfig(dims.key_dim, num_heads, lo_info.dtype)
     if dims.merged_numel == 0:
         return out
     if lo_info.device == CUDA:
-        _runtime_op(config).launch_forward(lo, hi, out, _current_stream(lo_info), (H, W))
+        _runtime_op(dims.key_dim, num_heads, lo_info.dtype).launch_forward(
+            lo_info, hi_info, out_info, _current_stream(lo_info), (H, W))
     elif lo_info.device == CPU:
         from psa_tvm.build.cpu import cpu_kernels
 
         out5 = _reshape(out, (dims.batch, num_heads, 2, dims.key_dim, dims.n))
-        cpu_kernels(config).forward(lo, hi, out5, dims.n)
+        cpu_kernels(OpConfig(dims.key_dim, num_heads, lo_info.dtype)).forward(lo, hi, out5,
+                                                                              dims.n)
     else:
         raise ValueError(f"lo: expected a CPU or CUDA tensor, got device {lo_info.device}")
     return out
@@ -54,8 +60,11 @@ def merge_backward(d_merged: Any, num_heads: int, key_dim: int, *, d_lo: Any = N
                    d_hi: Any = None) -> tuple[Any, Any]:
     """The inverse gather: ``d_merged [B, c, H, W]`` -> ``(d_lo, d_hi)``, each ``[B*nh, H*W, kd]``."""
     g_info = tensor_info(d_merged, "d_merged")
-    dims = check_backward_input(g_info, num_heads, key_dim)
-    outputs = []
+    key = (_signature(g_info), num_heads, key_dim)
+    dims = _BACKWARD_DIMS.get(key)
+    if dims is None:
+        dims = _remember(_BACKWARD_DIMS, key, check_backward_input(g_info, num_heads, key_dim))
+    outputs, infos = [], []
     for name, given in (("d_lo", d_lo), ("d_hi", d_hi)):
         if given is None:
             given = _empty_like(d_merged, dims.half_shape)
@@ -63,29 +72,47 @@ def merge_backward(d_merged: Any, num_heads: int, key_dim: int, *, d_lo: Any = N
         check_output(name, info, dims.half_shape, "d_merged", g_info)
         check_no_overlap(name, info, "d_merged", g_info)
         outputs.append(given)
-    check_no_overlap("d_hi", tensor_info(outputs[1], "d_hi"), "d_lo",
-                     tensor_info(outputs[0], "d_lo"))
+        infos.append(info)
+    check_no_overlap("d_hi", infos[1], "d_lo", infos[0])
     d_lo, d_hi = outputs
     if dims.merged_numel == 0:
         return d_lo, d_hi
-    config = OpConfig(key_dim, num_heads, g_info.dtype)
     if g_info.device == CUDA:
-        _runtime_op(config).launch_backward(d_merged, d_lo, d_hi, _current_stream(g_info))
+        _runtime_op(key_dim, num_heads, g_info.dtype).launch_backward(
+            g_info, infos[0], infos[1], _current_stream(g_info))
     elif g_info.device == CPU:
         from psa_tvm.build.cpu import cpu_kernels
 
         g5 = _reshape(d_merged, _five(dims))
-        cpu_kernels(config).backward(g5, d_lo, d_hi, dims.n)
+        cpu_kernels(OpConfig(key_dim, num_heads, g_info.dtype)).backward(g5, d_lo, d_hi, dims.n)
     else:
         raise ValueError(f"d_merged: expected a CPU or CUDA tensor, got device {g_info.device}")
     return d_lo, d_hi
 
 
 @lru_cache(maxsize=64)
-def _runtime_op(config: OpConfig):
+def _runtime_op(key_dim: int, num_heads: int, dtype: str):
     from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
 
-    return PsaMergeAttnRuntimeOp(config.key_dim, config.num_heads, config.dtype)
+    return PsaMergeAttnRuntimeOp(key_dim, num_heads, dtype)
+
+
+# Validation depends only on geometry, dtype, device and alignment: remember what passed.
+_FORWARD_DIMS: dict[tuple, MergeDims] = {}
+_BACKWARD_DIMS: dict[tuple, MergeDims] = {}
+_REMEMBERED = 4096
+
+
+def _signature(info: TensorInfo) -> tuple:
+    return (info.shape, info.strides, info.dtype, info.device, info.device_index,
+            info.ptr & 15)
+
+
+def _remember(cache: dict, key: tuple, dims: MergeDims) -> MergeDims:
+    if len(cache) >= _REMEMBERED:
+        cache.clear()
+    cache[key] = dims
+    return dims
 
 
 def _five(dims: MergeDims) -> tuple[int, ...]:
@@ -112,8 +139,7 @@ def _reshape(x: Any, shape: tuple[int, ...]) -> Any:
 
 def _current_stream(info: TensorInfo) -> int:
     """torch's current stream on the tensor's device; the legacy stream without torch."""
-    try:
-        import torch
-    except ImportError:
+    torch = sys.modules.get("torch")
+    if torch is None:
         return 0
     return torch.cuda.current_stream(info.device_index).cuda_stream

@@ -1,9 +1,10 @@
-"""PyTorch integration: ``psa_tvm::merge_attn`` as a differentiable ``torch.library`` custom op.
+"""PyTorch integration: ``psa_tvm::merge_attn`` as a differentiable ``torch.library`` op.
 
-The op has fake (meta) implementations, so ``torch.compile(fullgraph=True)`` traces it with no
-graph break and with dynamic shapes. On CUDA it launches on ``torch.cuda.current_stream()`` of
-the tensors' device and allocates only through torch, so it can be captured in a CUDA graph.
-On CPU it runs the LLVM build of the same TensorIR.
+The ops are declared with schemas and given CUDA and CPU kernels plus fake (meta)
+implementations, so ``torch.compile(fullgraph=True)`` traces them with no graph break and with
+dynamic shapes. On CUDA they launch on ``torch.cuda.current_stream()`` of the tensors' device
+and allocate only through torch, so they can be captured in a CUDA graph. On CPU they run the
+LLVM build of the same TensorIR.
 """
 
 from __future__ import annotations
@@ -14,42 +15,51 @@ from psa_tvm import ops
 
 __all__ = ["merge_attn", "merge_attn_backward"]
 
+_LIB = torch.library.Library("psa_tvm", "DEF")  # noqa: TOR901 - kept alive by the module
+_LIB.define("merge_attn(Tensor lo, Tensor hi, int num_heads, SymInt H, SymInt W) -> Tensor")
+_LIB.define("merge_attn_backward(Tensor d_merged, int num_heads, int key_dim) "
+            "-> (Tensor, Tensor)")
 
-@torch.library.custom_op("psa_tvm::merge_attn", mutates_args=())
-def _merge_attn(lo: torch.Tensor, hi: torch.Tensor, num_heads: int, height: int,
-                width: int) -> torch.Tensor:
+
+def _merge_attn_impl(lo, hi, num_heads, height, width):
     return ops.merge(lo, hi, num_heads, height, width)
 
 
-@_merge_attn.register_fake
+def _merge_attn_backward_impl(d_merged, num_heads, key_dim):
+    return ops.merge_backward(d_merged, num_heads, key_dim)
+
+
+# A plain kernel registration per backend: the dispatcher calls straight into ops.merge,
+# without the extra Python layers of @custom_op (host overhead is part of the op's cost).
+for _key in ("CUDA", "CPU"):
+    _LIB.impl("merge_attn", _merge_attn_impl, _key)
+    _LIB.impl("merge_attn_backward", _merge_attn_backward_impl, _key)
+
+
+@torch.library.register_fake("psa_tvm::merge_attn")
 def _merge_attn_fake(lo, hi, num_heads, height, width):
-    torch._check(lo.shape == hi.shape, lambda: "hi: expected the shape of lo")
     torch._check(lo.dim() == 3, lambda: "lo: expected [B*num_heads, H*W, key_dim]")
+    torch._check(lo.shape == hi.shape, lambda: "hi: expected the shape of lo")
     torch._check(lo.shape[1] == height * width, lambda: "lo: expected dim 1 == H*W")
     batch = lo.shape[0] // num_heads
     return lo.new_empty((batch, 2 * num_heads * lo.shape[2], height, width))
 
 
-@torch.library.custom_op("psa_tvm::merge_attn_backward", mutates_args=())
-def _merge_attn_backward(grad: torch.Tensor, num_heads: int,
-                         key_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return ops.merge_backward(grad, num_heads, key_dim)
-
-
-@_merge_attn_backward.register_fake
-def _merge_attn_backward_fake(grad, num_heads, key_dim):
-    torch._check(grad.dim() == 4, lambda: "d_merged: expected [B, c, H, W]")
-    shape = (grad.shape[0] * num_heads, grad.shape[2] * grad.shape[3], key_dim)
-    return grad.new_empty(shape), grad.new_empty(shape)
+@torch.library.register_fake("psa_tvm::merge_attn_backward")
+def _merge_attn_backward_fake(d_merged, num_heads, key_dim):
+    torch._check(d_merged.dim() == 4, lambda: "d_merged: expected [B, c, H, W]")
+    shape = (d_merged.shape[0] * num_heads, d_merged.shape[2] * d_merged.shape[3], key_dim)
+    return d_merged.new_empty(shape), d_merged.new_empty(shape)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    _, _, ctx.num_heads, _, _ = inputs
+    ctx.num_heads = inputs[2]
     ctx.key_dim = inputs[0].shape[2]
 
 
 def _backward(ctx, grad):
-    d_lo, d_hi = _merge_attn_backward(grad.contiguous(), ctx.num_heads, ctx.key_dim)
+    d_lo, d_hi = torch.ops.psa_tvm.merge_attn_backward(grad.contiguous(), ctx.num_heads,
+                                                       ctx.key_dim)
     return d_lo, d_hi, None, None, None
 
 

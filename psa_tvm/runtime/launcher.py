@@ -77,6 +77,9 @@ class PackedArgs:
             *[ctypes.addressof(v) for v in self._values]
         )
 
+    def set(self, index: int, value: int | float) -> None:
+        self._values[index].value = value
+
     @property
     def address(self) -> int:
         return ctypes.addressof(self._array)

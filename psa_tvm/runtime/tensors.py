@@ -84,14 +84,17 @@ def _from_dlpack(obj: object, name: str) -> TensorInfo:
                       dtype=dtype, device=device, device_index=header.device.device_id)
 
 
+_TORCH_DTYPES: dict = {}
+
+
 def _from_torch(t, name: str) -> TensorInfo:
-    dtype = str(t.dtype).removeprefix("torch.")
-    device = t.device.type
-    if device not in (CPU, CUDA):
-        device = str(device)
-    return TensorInfo(ptr=t.data_ptr(), shape=tuple(t.shape), strides=tuple(t.stride()),
-                      dtype=dtype, device=device,
-                      device_index=t.device.index if device == CUDA else None)
+    dtype = _TORCH_DTYPES.get(t.dtype)
+    if dtype is None:
+        dtype = _TORCH_DTYPES[t.dtype] = str(t.dtype).removeprefix("torch.")
+    device = t.device
+    kind = device.type
+    return TensorInfo(ptr=t.data_ptr(), shape=tuple(t.shape), strides=t.stride(), dtype=dtype,
+                      device=kind, device_index=device.index if kind == CUDA else None)
 
 
 def tensor_info(obj: object, name: str) -> TensorInfo:

@@ -9,6 +9,9 @@ from collections.abc import Callable
 import torch
 
 L2_FLUSH_BYTES = 256 << 20  # > 4x the H200's 60 MB L2
+# After the flush the GPU spins this long, so the host has queued the timed launch before the
+# start event fires: the events then bracket GPU time, not Python launch overhead.
+SPIN_CYCLES = 200_000
 
 
 class GpuTimer:
@@ -26,6 +29,7 @@ class GpuTimer:
         torch.cuda.synchronize()
         for start, end in self._events:
             self._flush.zero_()  # evicts the previous run's data from L2
+            torch.cuda._sleep(SPIN_CYCLES)
             start.record()
             fn()
             end.record()

@@ -1,0 +1,169 @@
+"""Tune schedule parameters with a builder/runner split.
+
+    psa-tvm tune build  -o .tune                  # any machine with TVM + nvcc: build candidates
+    psa-tvm tune run    --artifacts .tune         # the GPU host (no TVM): time them, resumable
+    psa-tvm tune select --artifacts .tune         # anywhere: best per (pass, dtype, kd, nh, arch)
+
+``select`` writes ``schedules/<arch>.json``, which the RuntimeOp and ``psa-tvm build`` use by
+default. Candidates are marked non-preferred in the manifest, so a tuning directory never
+changes what an op picks unless the table names them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+from pathlib import Path
+
+from psa_tvm.config import OpConfig
+from psa_tvm.runtime.manifest import Manifest
+
+RESULTS = "results.jsonl"
+#: (B, H, W) timed per candidate: the 1280 px YOLO map at batch 16 and 64 (8 MB and more).
+TUNE_SHAPES = ((16, 40, 40), (64, 40, 40))
+GRID = {"tile_n": (64, 128, 256), "threads": (128, 256, 512), "row_threads": (1, 2)}
+STATIC_SMEM_LIMIT = 48 * 1024
+
+
+def candidates(config: OpConfig) -> list:
+    """Valid ``tiled`` parameter sets for ``config``: the grid plus the rule's default."""
+    from psa_tvm.build.rules import get_rule
+
+    rule = get_rule("tiled")
+    found = [rule.default_params(config)]
+    for tile_n, threads, row_threads in itertools.product(*GRID.values()):
+        params = rule.Params(tile_n=tile_n, threads=threads, row_threads=row_threads)
+        smem = config.key_dim * (tile_n * config.itemsize + params.pad_bytes)
+        try:
+            rule.check_params(config, params)
+        except ValueError:
+            continue
+        if smem <= STATIC_SMEM_LIMIT and params not in found:
+            found.append(params)
+    return found
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from psa_tvm.build.artifact import BuildRequest, build_artifacts
+    from psa_tvm.presets import PRESETS
+
+    requests = [BuildRequest(config, "tiled", params, preferred=False)
+                for config in PRESETS[args.preset] for params in candidates(config)]
+    build_artifacts(requests, args.output, args.arch, jobs=args.jobs, progress=True)
+    print(f"built {len(requests)} candidates into {args.output}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
+    from psa_tvm.tools.timing import GpuTimer
+
+    root = Path(args.artifacts)
+    manifest = Manifest.load(root)
+    results_path = root / RESULTS
+    done = set()
+    if results_path.exists():
+        for line in results_path.read_text().splitlines():
+            r = json.loads(line)
+            done.add((r["source"], r["pass"], tuple(r["shape"])))
+    timer = GpuTimer(reps=args.reps)
+    builds = [b for b in manifest.builds if b.schedule == "tiled"]
+    jobs = [(b, p, s) for b in builds for p in ("forward", "backward") for s in TUNE_SHAPES
+            if (str(b.source.relative_to(root)), p, s) not in done]
+    copy_us: dict[tuple, float] = {}
+    with results_path.open("a") as sink:
+        for build, pass_, shape in tqdm(jobs, desc="psa-tvm tune", unit="run"):
+            config = build.config
+            batch, height, width = shape
+            dtype = getattr(torch, config.dtype)
+            lo = torch.randn(batch * config.num_heads, height * width, config.key_dim,
+                             device="cuda", dtype=dtype) + 3
+            hi = torch.randn_like(lo) - 3
+            merged = torch.empty(batch, config.channels, height, width, device="cuda",
+                                 dtype=dtype)
+            key = (config.dtype, config.channels, shape)
+            if key not in copy_us:
+                src, dst = torch.cat([lo.view(-1), hi.view(-1)]), merged.view(-1).clone()
+                copy_us[key] = timer.median_us(lambda: dst.copy_(src))
+            op = PsaMergeAttnRuntimeOp.for_build(build)
+            stream = torch.cuda.current_stream().cuda_stream
+            if pass_ == "forward":
+                us = timer.median_us(lambda: op.launch_forward(lo, hi, merged, stream,
+                                                               (height, width)))
+            else:
+                us = timer.median_us(lambda: op.launch_backward(merged, lo, hi, stream))
+            record = {"source": str(build.source.relative_to(root)), "pass": pass_,
+                      "shape": list(shape), "us": round(us, 3),
+                      "copy_us": round(copy_us[key], 3)}
+            sink.write(json.dumps(record) + "\n")
+            sink.flush()
+    print(f"timed {len(jobs)} runs ({len(done)} already done) into {results_path}")
+    return 0
+
+
+def cmd_select(args: argparse.Namespace) -> int:
+    root = Path(args.artifacts)
+    manifest = Manifest.load(root)
+    by_source = {str(b.source.relative_to(root)): b for b in manifest.builds}
+    scores: dict[tuple, dict[str, list[float]]] = {}
+    for line in (root / RESULTS).read_text().splitlines():
+        r = json.loads(line)
+        build = by_source.get(r["source"])
+        if build is None:
+            continue
+        c = build.config
+        key = (r["pass"], c.dtype, c.key_dim, c.num_heads)
+        scores.setdefault(key, {}).setdefault(r["source"], []).append(r["copy_us"] / r["us"])
+    entries = []
+    for (pass_, dtype, key_dim, num_heads), per_source in sorted(scores.items()):
+        complete = {s: v for s, v in per_source.items() if len(v) == len(TUNE_SHAPES)}
+        best = max(complete, key=lambda s: math.prod(complete[s]))
+        fraction = math.prod(complete[best]) ** (1 / len(TUNE_SHAPES))
+        entries.append({"pass": pass_, "dtype": dtype, "key_dim": key_dim,
+                        "num_heads": num_heads, "schedule": by_source[best].schedule,
+                        "params": by_source[best].schedule_params,
+                        "fraction_of_copy": round(fraction, 4),
+                        "candidates": len(complete)})
+    table = {"arch": args.arch, "generated_by": "scripts/tune.py select",
+             "tune_shapes": [list(s) for s in TUNE_SHAPES], "entries": entries}
+    out = Path(args.output or Path(__file__).resolve().parents[2] / "schedules" /
+               f"{args.arch}.json")
+    out.write_text(json.dumps(table, indent=1) + "\n")
+    for e in entries:
+        print(f"{e['pass']:8s} {e['dtype']:8s} kd={e['key_dim']} nh={e['num_heads']}: "
+              f"{e['fraction_of_copy']:.3f} of copy with {e['params']}")
+    print(f"wrote {out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="psa-tvm tune", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="step", required=True)
+    build = sub.add_parser("build", help="build candidate schedules (needs TVM + nvcc)")
+    build.add_argument("--preset", default="yolo11")
+    build.add_argument("--arch", nargs="+", default=["sm_90"])
+    build.add_argument("-o", "--output", default=".tune")
+    build.add_argument("-j", "--jobs", type=int, default=None)
+    build.set_defaults(func=cmd_build)
+    run = sub.add_parser("run", help="time the candidates (GPU host; resumable)")
+    run.add_argument("--artifacts", default=".tune")
+    run.add_argument("--reps", type=int, default=30)
+    run.set_defaults(func=cmd_run)
+    select = sub.add_parser("select", help="write schedules/<arch>.json from the timings")
+    select.add_argument("--artifacts", default=".tune")
+    select.add_argument("--arch", default="sm_90")
+    select.add_argument("-o", "--output", default=None)
+    select.set_defaults(func=cmd_select)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,11 @@
+"""`psa-tvm bench` as a script: see psa_tvm/tools/bench.py."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from psa_tvm.tools.bench import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())
