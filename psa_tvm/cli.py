@@ -8,7 +8,6 @@ import json
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from psa_tvm.config import DTYPE_ITEMSIZE, OpConfig
 
@@ -140,13 +139,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             kernel = plan.kernel
             print(f"\n## {pass_} for B={batch}, H={height}, W={width}: {kernel.entry}")
             print(f"   variant     : vec={kernel.vec} {kernel.index_dtype}")
-            print(f"   parameters  : " + ", ".join(
+            print("   parameters  : " + ", ".join(
                 f"{p['name']}:{p['type']}" + (f"<-{p['tensor']}" if "tensor" in p else "")
                 for p in kernel.params))
             print(f"   grid        : {list(kernel.grid)} = {list(plan.grid)}")
             print(f"   block       : {list(kernel.block)} = {list(plan.block)}")
             print(f"   dynamic smem: {plan.shared_bytes} B")
-            print(f"   arguments   : " + ", ".join(f"{n}={v}" for k, n, v in plan.args
+            print("   arguments   : " + ", ".join(f"{n}={v}" for k, n, v in plan.args
                                                    if k != "ptr"))
         if "resources" in args.show:
             print("\n## nvcc -Xptxas -v (per kernel)")

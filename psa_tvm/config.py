@@ -12,7 +12,7 @@ INT32_MAX = 2**31 - 1
 
 
 def canonical_dtype(dtype: object) -> str:
-    """Turn ``torch.float16``, ``numpy.float32``, ``"bf16"``... into one of :data:`DTYPE_ITEMSIZE`."""
+    """Turn ``torch.float16``, ``numpy.float32``, ``"bf16"``... into a key of ``DTYPE_ITEMSIZE``."""
     name = str(dtype).removeprefix("torch.").removeprefix("dtype(").strip("')\"")
     name = {"half": "float16", "fp16": "float16", "float": "float32", "fp32": "float32",
             "bf16": "bfloat16"}.get(name, name)

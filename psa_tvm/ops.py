@@ -34,12 +34,14 @@ def merge(lo: Any, hi: Any, num_heads: int, H: int, W: int, *, out: Any = None) 
     if dims is None:
         dims = _remember(_FORWARD_DIMS, key,
                          check_forward_inputs(lo_info, hi_info, num_heads, H, W))
-    if out is None:
+    if out is None:  # fresh from the allocator: right by construction
         out = _empty_like(lo, dims.merged_shape)
-    out_info = tensor_info(out, "out")
-    check_output("out", out_info, dims.merged_shape, "lo", lo_info)
-    check_no_overlap("out", out_info, "lo", lo_info)
-    check_no_overlap("out", out_info, "hi", hi_info)
+        out_info = tensor_info(out, "out")
+    else:
+        out_info = tensor_info(out, "out")
+        check_output("out", out_info, dims.merged_shape, "lo", lo_info)
+        check_no_overlap("out", out_info, "lo", lo_info)
+        check_no_overlap("out", out_info, "hi", hi_info)
     if dims.merged_numel == 0:
         return out
     if lo_info.device == CUDA:
@@ -58,7 +60,7 @@ def merge(lo: Any, hi: Any, num_heads: int, H: int, W: int, *, out: Any = None) 
 
 def merge_backward(d_merged: Any, num_heads: int, key_dim: int, *, d_lo: Any = None,
                    d_hi: Any = None) -> tuple[Any, Any]:
-    """The inverse gather: ``d_merged [B, c, H, W]`` -> ``(d_lo, d_hi)``, each ``[B*nh, H*W, kd]``."""
+    """The inverse gather: ``d_merged [B, c, H, W]`` -> ``(d_lo, d_hi)``, ``[B*nh, H*W, kd]``."""
     g_info = tensor_info(d_merged, "d_merged")
     key = (_signature(g_info), num_heads, key_dim)
     dims = _BACKWARD_DIMS.get(key)
@@ -66,14 +68,17 @@ def merge_backward(d_merged: Any, num_heads: int, key_dim: int, *, d_lo: Any = N
         dims = _remember(_BACKWARD_DIMS, key, check_backward_input(g_info, num_heads, key_dim))
     outputs, infos = [], []
     for name, given in (("d_lo", d_lo), ("d_hi", d_hi)):
-        if given is None:
+        if given is None:  # fresh from the allocator: right by construction
             given = _empty_like(d_merged, dims.half_shape)
-        info = tensor_info(given, name)
-        check_output(name, info, dims.half_shape, "d_merged", g_info)
-        check_no_overlap(name, info, "d_merged", g_info)
+            infos.append(tensor_info(given, name))
+        else:
+            info = tensor_info(given, name)
+            check_output(name, info, dims.half_shape, "d_merged", g_info)
+            check_no_overlap(name, info, "d_merged", g_info)
+            infos.append(info)
         outputs.append(given)
-        infos.append(info)
-    check_no_overlap("d_hi", infos[1], "d_lo", infos[0])
+    if d_lo is not None or d_hi is not None:
+        check_no_overlap("d_hi", infos[1], "d_lo", infos[0])
     d_lo, d_hi = outputs
     if dims.merged_numel == 0:
         return d_lo, d_hi
@@ -142,4 +147,7 @@ def _current_stream(info: TensorInfo) -> int:
     torch = sys.modules.get("torch")
     if torch is None:
         return 0
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # no Stream object: cheaper
+    if raw is not None:
+        return raw(info.device_index)
     return torch.cuda.current_stream(info.device_index).cuda_stream

@@ -15,7 +15,7 @@ from psa_tvm import ops
 
 __all__ = ["merge_attn", "merge_attn_backward"]
 
-_LIB = torch.library.Library("psa_tvm", "DEF")  # noqa: TOR901 - kept alive by the module
+_LIB = torch.library.Library("psa_tvm", "DEF")
 _LIB.define("merge_attn(Tensor lo, Tensor hi, int num_heads, SymInt H, SymInt W) -> Tensor")
 _LIB.define("merge_attn_backward(Tensor d_merged, int num_heads, int key_dim) "
             "-> (Tensor, Tensor)")

@@ -15,7 +15,7 @@ from psa_tvm.runtime.tensors import TensorInfo
 
 @dataclass(frozen=True)
 class MergeDims:
-    """Concrete sizes of one call: ``lo``/``hi`` are ``[batch*num_heads, height*width, key_dim]``."""
+    """Concrete sizes of one call; ``lo``/``hi`` are ``[batch*num_heads, n, key_dim]``."""
 
     batch: int
     num_heads: int
@@ -110,7 +110,8 @@ def check_forward_inputs(lo: TensorInfo, hi: TensorInfo, num_heads: int, height:
             f"lo: expected dim 0 (B*num_heads) divisible by num_heads={num_heads}, got {rows}"
         )
     if n != height * width:
-        raise ValueError(f"lo: expected dim 1 == H*W = {height}*{width} = {height * width}, got {n}")
+        raise ValueError(
+            f"lo: expected dim 1 == H*W = {height}*{width} = {height * width}, got {n}")
     if config is not None:
         if num_heads != config.num_heads:
             raise ValueError(f"num_heads: this op is built for {config.num_heads}, got {num_heads}")

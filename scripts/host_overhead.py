@@ -15,9 +15,9 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import psa_tvm  # noqa: E402
-import psa_tvm.torch as psa_torch  # noqa: E402
-from psa_tvm.tools.timing import host_us_per_call  # noqa: E402
+import psa_tvm
+import psa_tvm.torch as psa_torch
+from psa_tvm.tools.timing import host_us_per_call
 
 
 def main() -> int:
@@ -37,8 +37,23 @@ def main() -> int:
         "psa_tvm.merge": lambda: psa_tvm.merge(lo, hi, nh, height, width),
         "psa_tvm.torch.merge_attn": lambda: psa_torch.merge_attn(lo, hi, nh, height, width),
     }
-    for name, fn in paths.items():
-        print(f"{name:28s} {host_us_per_call(fn):7.2f} us/call")
+    op.launch_forward(lo, hi, out, stream, (height, width))
+    launch = next(iter(op._checked.values()))
+    from cuda.bindings import driver
+
+    from psa_tvm.runtime.tensors import tensor_info
+
+    parts = {
+        "  tensor_info(torch)": lambda: tensor_info(lo, "lo"),
+        "  torch raw current stream": lambda: torch._C._cuda_getCurrentRawStream(0),
+        "  cuCtxGetCurrent": driver.cuCtxGetCurrent,
+        "  cuLaunchKernel (cuda-python)": lambda: driver.cuLaunchKernel(
+            launch.func, *launch.plan.grid, *launch.plan.block, 0, stream, launch.args.address,
+            0),
+        "  lo.new_empty": lambda: lo.new_empty(out.shape),
+    }
+    for name, fn in {**paths, **parts}.items():
+        print(f"{name:30s} {host_us_per_call(fn):7.2f} us/call")
     if args.profile:
         fn = paths["psa_tvm.torch.merge_attn"]
         profile = cProfile.Profile()

@@ -16,8 +16,8 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from psa_tvm import PsaMergeAttnRuntimeOp, reference  # noqa: E402
-from psa_tvm.config import OpConfig  # noqa: E402
+from psa_tvm import PsaMergeAttnRuntimeOp, reference
+from psa_tvm.config import OpConfig
 
 SHAPES = ((1, 1, 1), (1, 7, 13), (2, 20, 20), (3, 5, 3), (1, 33, 17))
 CONFIGS = ((8, 1), (32, 4), (128, 8))
@@ -49,7 +49,8 @@ def main() -> int:
                                      device="cuda", dtype=tdtype)
                     op.launch_forward(lo, hi, out, stream, (height, width))
                     grad = torch.randn(out.shape, device="cuda").to(tdtype) + 2
-                    d_lo, d_hi = torch.full_like(lo, float("nan")), torch.full_like(hi, float("nan"))
+                    d_lo = torch.full_like(lo, float("nan"))
+                    d_hi = torch.full_like(hi, float("nan"))
                     op.launch_backward(grad, d_lo, d_hi, stream)
                     ref_lo, ref_hi = reference.merge_backward(grad, num_heads, key_dim)
                     ok = (torch.equal(out, reference.merge(lo, hi, num_heads, height, width))

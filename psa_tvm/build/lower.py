@@ -16,7 +16,7 @@ from tvm.ir import PointerType
 from tvm.tirx import PrimFunc
 from tvm.tirx.build import codegen_build, split_host_device_mods
 
-_THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
+_THREAD_TAGS = tuple(f"{kind}.{axis}" for kind in ("blockIdx", "threadIdx") for axis in "xyz")
 # CommonSubexprElim would hoist host-computable expressions into extra kernel parameters
 # (cse_vN) whose meaning the manifest would then have to carry; we keep the signature plain.
 _PASS_CONFIG = {"tirx.disable_cse_tir": True}
@@ -35,7 +35,7 @@ def cuda_target(arch: str = "sm_90") -> tvm.target.Target:
 
 
 def _symbol_bindings(func: PrimFunc) -> dict[str, dict]:
-    """For each shape symbol, a tensor axis it can be read from: ``shape[axis] == sym * divisor``."""
+    """For each shape symbol, a tensor axis holding it: ``shape[axis] == sym * divisor``."""
     bindings: dict[str, dict] = {}
     for param in func.params:
         if not hasattr(param.ty, "shape"):

@@ -19,19 +19,24 @@ class CudaError(RuntimeError):
     """A CUDA driver call failed."""
 
 
+_DRIVER = None
+
+
 def _driver():
-    try:
-        from cuda.bindings import driver
-    except ImportError as err:
-        raise ImportError(
-            "launching psa-tvm kernels needs NVIDIA's cuda-python: pip install 'psa-tvm[cuda]'"
-        ) from err
-    return driver
+    global _DRIVER
+    if _DRIVER is None:
+        try:
+            from cuda.bindings import driver
+        except ImportError as err:
+            raise ImportError("launching psa-tvm kernels needs NVIDIA's cuda-python: "
+                              "pip install 'psa-tvm[cuda]'") from err
+        _DRIVER = driver
+    return _DRIVER
 
 
 def check(result: tuple, call: str) -> Any:
     """Unpack a cuda-python result tuple, raising :class:`CudaError` on any error code."""
-    driver = _driver()
+    driver = _DRIVER or _driver()
     err, *values = result
     if err != driver.CUresult.CUDA_SUCCESS:
         _, name = driver.cuGetErrorName(err)
@@ -69,7 +74,7 @@ def device_arch(device_index: int = 0) -> str:
 class PackedArgs:
     """Kernel arguments as the ``void**`` array ``cuLaunchKernel`` expects."""
 
-    __slots__ = ("_values", "_array")
+    __slots__ = ("_array", "_values")
 
     def __init__(self, values: list[tuple[str, int | float]]):
         self._values = [_CTYPES[kind](value) for kind, value in values]
@@ -136,13 +141,20 @@ class CudaLauncher:
     def launch(self, func, grid: tuple[int, ...], block: tuple[int, ...], shared_bytes: int,
                stream: int, args: PackedArgs, device_index: int) -> None:
         """Launch ``func`` on ``stream`` (a raw ``CUstream`` handle, 0 for the legacy stream)."""
+        driver = self._driver
+        ctx = self._contexts.get(device_index) or self._context(device_index)
+        current = check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        if int(current) == int(ctx):  # the usual case: torch made this device current
+            check(driver.cuLaunchKernel(func, *grid, *block, shared_bytes, stream,
+                                        args.address, 0), "cuLaunchKernel")
+            return
         with self.current(device_index):
-            check(self._driver.cuLaunchKernel(func, *grid, *block, shared_bytes, stream,
-                                              args.address, 0), "cuLaunchKernel")
+            check(driver.cuLaunchKernel(func, *grid, *block, shared_bytes, stream,
+                                        args.address, 0), "cuLaunchKernel")
 
 
 class _CurrentContext:
-    __slots__ = ("_driver", "_ctx", "_previous")
+    __slots__ = ("_ctx", "_driver", "_previous")
 
     def __init__(self, driver, ctx) -> None:
         self._driver, self._ctx, self._previous = driver, ctx, None

@@ -140,7 +140,8 @@ class BuildSpec:
             if arch in entry["archs"]:
                 return self.root / entry["path"], entry["format"]
         for entry in self.binaries:
-            if any(int(p.removeprefix("compute_").rstrip("a")) <= major_minor for p in entry["ptx"]):
+            ptx = [int(p.removeprefix("compute_").rstrip("a")) for p in entry["ptx"]]
+            if any(version <= major_minor for version in ptx):
                 return self.root / entry["path"], entry["format"]
         raise LookupError(
             f"{self.source.name} was built for {list(self.archs)}; nothing runs on {arch}: "

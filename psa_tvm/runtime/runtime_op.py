@@ -273,7 +273,7 @@ class PsaMergeAttnRuntimeOp:
         """Validate a forward call and choose its kernel, grid, block and arguments."""
         if len(inputs) != 2:
             raise ValueError(f"inputs: expected [lo, hi], got {len(inputs)} tensors")
-        lo, hi = (_as_shape_or_info(x, n) for x, n in zip(inputs, ("lo", "hi")))
+        lo, hi = (_as_shape_or_info(x, n) for x, n in zip(inputs, ("lo", "hi"), strict=True))
         height, width = spatial if spatial is not None else (lo.shape[1] if lo.shape[1:] else 0, 1)
         dims = check_forward_inputs(lo, hi, self.config.num_heads, height, width, self.config)
         tensors = {"lo": lo, "hi": hi}
@@ -295,7 +295,7 @@ class PsaMergeAttnRuntimeOp:
         if grad_inputs is not None:
             if len(grad_inputs) != 2:
                 raise ValueError(f"grad_inputs: expected [d_lo, d_hi], got {len(grad_inputs)}")
-            for key, name, obj in zip(("dlo", "dhi"), ("d_lo", "d_hi"), grad_inputs):
+            for key, name, obj in zip(("dlo", "dhi"), ("d_lo", "d_hi"), grad_inputs, strict=True):
                 info = tensor_info(obj, name)
                 check_output(name, info, dims.half_shape, "d_merged", grad)
                 check_no_overlap(name, info, "d_merged", grad)
@@ -313,7 +313,7 @@ class PsaMergeAttnRuntimeOp:
             kernel = _choose_kernel(build, pass_, dims.n, index_dtype, aligned)
             symbols = kernel.bind_symbols(_kernel_shapes(dims))
             grid, block = kernel.launch_dims(symbols)
-            for axis, (size, limit) in enumerate(zip(grid, _GRID_LIMITS)):
+            for axis, (size, limit) in enumerate(zip(grid, _GRID_LIMITS, strict=True)):
                 if size > limit:
                     raise ValueError(
                         f"shape: B={dims.batch}, N={dims.n} needs grid[{axis}]={size}, past the "

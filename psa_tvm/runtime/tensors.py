@@ -19,7 +19,7 @@ _DL_DTYPE = {(2, 32): "float32", (2, 16): "float16", (4, 16): "bfloat16", (2, 64
              (0, 32): "int32", (0, 64): "int64", (1, 8): "uint8", (0, 8): "int8", (6, 1): "bool"}
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TensorInfo:
     """Address, geometry and placement of one tensor argument (strides in elements)."""
 
@@ -38,7 +38,7 @@ class TensorInfo:
         if self.strides is None:
             return True
         expected = 1
-        for size, stride in zip(reversed(self.shape), reversed(self.strides)):
+        for size, stride in zip(reversed(self.shape), reversed(self.strides), strict=True):
             if size != 1 and stride != expected:
                 return False
             expected *= size
@@ -98,7 +98,7 @@ def _from_torch(t, name: str) -> TensorInfo:
 
 
 def tensor_info(obj: object, name: str) -> TensorInfo:
-    """Describe ``obj`` (named ``name`` in errors): a tensor, a DLPack object or ``(ptr, shape)``."""
+    """Describe ``obj`` (``name`` in errors): a tensor, a DLPack object or ``(ptr, shape)``."""
     if isinstance(obj, TensorInfo):
         return obj
     if type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr"):

@@ -63,62 +63,70 @@ def yolo_shapes(quick: bool = False) -> list[Shape]:
 
 def run(args: argparse.Namespace) -> list[dict]:
     timer = GpuTimer(reps=args.reps)
+    dynamic = (torch.compile(reference.merge, dynamic=True),
+               torch.compile(reference.merge_backward, dynamic=True))
     records = []
-    dynamic_fwd = torch.compile(reference.merge, dynamic=True)
-    dynamic_bwd = torch.compile(reference.merge_backward, dynamic=True)
     for dtype_name in args.dtypes:
-        dtype = DTYPES[dtype_name]
-        itemsize = torch.finfo(dtype).bits // 8
         for shape in yolo_shapes(args.quick):
-            ops = {s: PsaMergeAttnRuntimeOp(shape.key_dim, shape.num_heads, dtype_name,
-                                            schedule=s, artifacts=args.artifacts)
-                   for s in args.schedules}
-            gen = torch.Generator(device="cuda").manual_seed(0)
-            rows = shape.batch * shape.num_heads
-            lo = torch.randn(rows, shape.n, shape.key_dim, device="cuda", dtype=dtype,
-                             generator=gen) + 3  # + 3: never zero
-            hi = torch.randn_like(lo) - 3
-            merged = torch.empty(shape.batch, 2 * shape.num_heads * shape.key_dim, shape.height,
-                                 shape.width, device="cuda", dtype=dtype)
-            grad = torch.randn(merged.shape, device="cuda", dtype=dtype, generator=gen) + 3
-            d_lo, d_hi = torch.empty_like(lo), torch.empty_like(hi)
-            src, dst = torch.cat([lo.view(-1), hi.view(-1)]), torch.empty_like(merged).view(-1)
-            args_f = (lo, hi, shape.num_heads, shape.height, shape.width)
-            args_b = (grad, shape.num_heads, shape.key_dim)
-            static_fwd = torch.compile(reference.merge, dynamic=False)
-            static_bwd = torch.compile(reference.merge_backward, dynamic=False)
-            stream = torch.cuda.current_stream().cuda_stream
-            impls = {
-                "forward": {
-                    "copy": lambda: dst.copy_(src),
-                    "eager": lambda: reference.merge(*args_f),
-                    "compile_static": lambda: static_fwd(*args_f),
-                    "compile_dynamic": lambda: dynamic_fwd(*args_f),
-                    **{s: (lambda op=op: op.launch_forward(lo, hi, merged, stream,
-                                                           (shape.height, shape.width)))
-                       for s, op in ops.items()},
-                },
-                "backward": {
-                    "copy": lambda: dst.copy_(src),
-                    "eager": lambda: reference.merge_backward(*args_b),
-                    "compile_static": lambda: static_bwd(*args_b),
-                    "compile_dynamic": lambda: dynamic_bwd(*args_b),
-                    **{s: (lambda op=op: op.launch_backward(grad, d_lo, d_hi, stream))
-                       for s, op in ops.items()},
-                },
-            }
-            for pass_, fns in impls.items():
-                times = {name: timer.median_us(fn) for name, fn in fns.items()}
-                moved = 2 * shape.merged_bytes(itemsize)
-                for name, us in times.items():
-                    records.append({
-                        **asdict(shape), "n": shape.n, "dtype": dtype_name, "pass": pass_,
-                        "impl": name, "us": round(us, 3), "bytes_moved": moved,
-                        "gbps": round(moved / us / 1e3, 1),
-                        "fraction_of_copy": round(times["copy"] / us, 4),
-                    })
-                line = "  ".join(f"{k}={v:8.1f}" for k, v in times.items())
-                print(f"{dtype_name:8s} {pass_:8s} {shape.label:22s} {line}", flush=True)
+            records += time_shape(timer, shape, dtype_name, args.schedules, args.artifacts,
+                                  dynamic)
+    return records
+
+
+def time_shape(timer: GpuTimer, shape: Shape, dtype_name: str, schedules: list[str],
+               artifacts: str, dynamic: tuple) -> list[dict]:
+    """Every implementation of both passes on one shape and dtype, same inputs."""
+    dtype = DTYPES[dtype_name]
+    itemsize = torch.finfo(dtype).bits // 8
+    ops = {s: PsaMergeAttnRuntimeOp(shape.key_dim, shape.num_heads, dtype_name, schedule=s,
+                                    artifacts=artifacts) for s in schedules}
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    rows = shape.batch * shape.num_heads
+    lo = torch.randn(rows, shape.n, shape.key_dim, device="cuda", dtype=dtype,
+                     generator=gen) + 3  # + 3: never zero
+    hi = torch.randn_like(lo) - 3
+    merged = torch.empty(shape.batch, 2 * shape.num_heads * shape.key_dim, shape.height,
+                         shape.width, device="cuda", dtype=dtype)
+    grad = torch.randn(merged.shape, device="cuda", dtype=dtype, generator=gen) + 3
+    d_lo, d_hi = torch.empty_like(lo), torch.empty_like(hi)
+    src, dst = torch.cat([lo.view(-1), hi.view(-1)]), torch.empty_like(merged).view(-1)
+    args_f = (lo, hi, shape.num_heads, shape.height, shape.width)
+    args_b = (grad, shape.num_heads, shape.key_dim)
+    static_fwd = torch.compile(reference.merge, dynamic=False)
+    static_bwd = torch.compile(reference.merge_backward, dynamic=False)
+    stream = torch.cuda.current_stream().cuda_stream
+    spatial = (shape.height, shape.width)
+    impls = {
+        "forward": {
+            "copy": lambda: dst.copy_(src),
+            "eager": lambda: reference.merge(*args_f),
+            "compile_static": lambda: static_fwd(*args_f),
+            "compile_dynamic": lambda: dynamic[0](*args_f),
+            **{s: (lambda op=op: op.launch_forward(lo, hi, merged, stream, spatial))
+               for s, op in ops.items()},
+        },
+        "backward": {
+            "copy": lambda: dst.copy_(src),
+            "eager": lambda: reference.merge_backward(*args_b),
+            "compile_static": lambda: static_bwd(*args_b),
+            "compile_dynamic": lambda: dynamic[1](*args_b),
+            **{s: (lambda op=op: op.launch_backward(grad, d_lo, d_hi, stream))
+               for s, op in ops.items()},
+        },
+    }
+    records = []
+    moved = 2 * shape.merged_bytes(itemsize)
+    for pass_, fns in impls.items():
+        times = {name: timer.median_us(fn) for name, fn in fns.items()}
+        for name, us in times.items():
+            records.append({
+                **asdict(shape), "n": shape.n, "dtype": dtype_name, "pass": pass_,
+                "impl": name, "us": round(us, 3), "bytes_moved": moved,
+                "gbps": round(moved / us / 1e3, 1),
+                "fraction_of_copy": round(times["copy"] / us, 4),
+            })
+        line = "  ".join(f"{k}={v:8.1f}" for k, v in times.items())
+        print(f"{dtype_name:8s} {pass_:8s} {shape.label:22s} {line}", flush=True)
     return records
 
 
@@ -164,7 +172,7 @@ def plot(records: list[dict], schedules: list[str], path: Path) -> None:
     groups = [(d, p) for d in DTYPES for p in ("forward", "backward")
               if any(r["dtype"] == d and r["pass"] == p for r in records)]
     fig, axes = plt.subplots(len(groups), 1, figsize=(14, 3.2 * len(groups)), squeeze=False)
-    for ax, (dtype, pass_) in zip(axes[:, 0], groups):
+    for ax, (dtype, pass_) in zip(axes[:, 0], groups, strict=True):
         subset = [r for r in records if r["dtype"] == dtype and r["pass"] == pass_]
         labels = list(dict.fromkeys(r["label"] for r in subset))
         width = 0.8 / len(impls)

@@ -24,7 +24,8 @@ from psa_tvm.runtime.manifest import Manifest
 RESULTS = "results.jsonl"
 #: (B, H, W) timed per candidate: the 1280 px YOLO map at batch 16 and 64 (8 MB and more).
 TUNE_SHAPES = ((16, 40, 40), (64, 40, 40))
-GRID = {"tile_n": (64, 128, 256), "threads": (128, 256, 512), "row_threads": (1, 2)}
+GRID = {"tile_n": (32, 64, 128, 256), "threads": (64, 128, 256, 512), "row_threads": (1, 2, 4),
+        "pad_bytes": (16, 32)}
 STATIC_SMEM_LIMIT = 48 * 1024
 
 
@@ -34,9 +35,9 @@ def candidates(config: OpConfig) -> list:
 
     rule = get_rule("tiled")
     found = [rule.default_params(config)]
-    for tile_n, threads, row_threads in itertools.product(*GRID.values()):
-        params = rule.Params(tile_n=tile_n, threads=threads, row_threads=row_threads)
-        smem = config.key_dim * (tile_n * config.itemsize + params.pad_bytes)
+    for values in itertools.product(*GRID.values()):
+        params = rule.Params(**dict(zip(GRID, values, strict=True)))
+        smem = config.key_dim * (params.tile_n * config.itemsize + params.pad_bytes)
         try:
             rule.check_params(config, params)
         except ValueError:
@@ -51,17 +52,16 @@ def cmd_build(args: argparse.Namespace) -> int:
     from psa_tvm.presets import PRESETS
 
     requests = [BuildRequest(config, "tiled", params, preferred=False)
-                for config in PRESETS[args.preset] for params in candidates(config)]
+                for config in PRESETS[args.preset] if config.dtype in args.dtypes
+                for params in candidates(config)]
     build_artifacts(requests, args.output, args.arch, jobs=args.jobs, progress=True)
     print(f"built {len(requests)} candidates into {args.output}")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import torch
     from tqdm import tqdm
 
-    from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
     from psa_tvm.tools.timing import GpuTimer
 
     root = Path(args.artifacts)
@@ -79,32 +79,40 @@ def cmd_run(args: argparse.Namespace) -> int:
     copy_us: dict[tuple, float] = {}
     with results_path.open("a") as sink:
         for build, pass_, shape in tqdm(jobs, desc="psa-tvm tune", unit="run"):
-            config = build.config
-            batch, height, width = shape
-            dtype = getattr(torch, config.dtype)
-            lo = torch.randn(batch * config.num_heads, height * width, config.key_dim,
-                             device="cuda", dtype=dtype) + 3
-            hi = torch.randn_like(lo) - 3
-            merged = torch.empty(batch, config.channels, height, width, device="cuda",
-                                 dtype=dtype)
-            key = (config.dtype, config.channels, shape)
-            if key not in copy_us:
-                src, dst = torch.cat([lo.view(-1), hi.view(-1)]), merged.view(-1).clone()
-                copy_us[key] = timer.median_us(lambda: dst.copy_(src))
-            op = PsaMergeAttnRuntimeOp.for_build(build)
-            stream = torch.cuda.current_stream().cuda_stream
-            if pass_ == "forward":
-                us = timer.median_us(lambda: op.launch_forward(lo, hi, merged, stream,
-                                                               (height, width)))
-            else:
-                us = timer.median_us(lambda: op.launch_backward(merged, lo, hi, stream))
-            record = {"source": str(build.source.relative_to(root)), "pass": pass_,
-                      "shape": list(shape), "us": round(us, 3),
-                      "copy_us": round(copy_us[key], 3)}
+            record = time_candidate(timer, build, pass_, shape, copy_us)
+            record["source"] = str(build.source.relative_to(root))
             sink.write(json.dumps(record) + "\n")
             sink.flush()
     print(f"timed {len(jobs)} runs ({len(done)} already done) into {results_path}")
     return 0
+
+
+def time_candidate(timer, build, pass_: str, shape: tuple[int, int, int],
+                   copy_us: dict[tuple, float]) -> dict:
+    """One candidate on one shape, with the copy of the same bytes (cached per shape)."""
+    import torch
+
+    from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
+
+    config = build.config
+    batch, height, width = shape
+    dtype = getattr(torch, config.dtype)
+    lo = torch.randn(batch * config.num_heads, height * width, config.key_dim, device="cuda",
+                     dtype=dtype) + 3
+    hi = torch.randn_like(lo) - 3
+    merged = torch.empty(batch, config.channels, height, width, device="cuda", dtype=dtype)
+    key = (config.dtype, config.channels, shape)
+    if key not in copy_us:
+        src, dst = torch.cat([lo.view(-1), hi.view(-1)]), merged.view(-1).clone()
+        copy_us[key] = timer.median_us(lambda: dst.copy_(src))
+    op = PsaMergeAttnRuntimeOp.for_build(build)
+    stream = torch.cuda.current_stream().cuda_stream
+    if pass_ == "forward":
+        us = timer.median_us(lambda: op.launch_forward(lo, hi, merged, stream, (height, width)))
+    else:
+        us = timer.median_us(lambda: op.launch_backward(merged, lo, hi, stream))
+    return {"pass": pass_, "shape": list(shape), "us": round(us, 3),
+            "copy_us": round(copy_us[key], 3)}
 
 
 def cmd_select(args: argparse.Namespace) -> int:
@@ -149,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     build = sub.add_parser("build", help="build candidate schedules (needs TVM + nvcc)")
     build.add_argument("--preset", default="yolo11")
     build.add_argument("--arch", nargs="+", default=["sm_90"])
+    build.add_argument("--dtypes", nargs="+", default=["float32", "float16", "bfloat16"])
     build.add_argument("-o", "--output", default=".tune")
     build.add_argument("-j", "--jobs", type=int, default=None)
     build.set_defaults(func=cmd_build)

@@ -38,7 +38,8 @@ class ScheduleRule(ABC):
         """Elements per 16-byte access this rule wants; ``N`` must be a multiple to use it."""
 
     @abstractmethod
-    def apply(self, func: PrimFunc, pass_: Pass, config: OpConfig, params: Any, vec: int) -> PrimFunc:
+    def apply(self, func: PrimFunc, pass_: Pass, config: OpConfig, params: Any,
+              vec: int) -> PrimFunc:
         """Schedule ``func`` (built with ``N = NV * vec``) and return the scheduled PrimFunc."""
 
     def check_params(self, config: OpConfig, params: Any) -> None:  # noqa: B027 - optional hook

@@ -7,11 +7,13 @@ along ``kd`` moves through shared memory one 16-byte vector per thread, scattere
 gathered from) the tile column; the side that is contiguous along ``n`` moves row-wise with
 16-byte vectors on both global and shared memory.
 
-Bank conflicts come from the scattered side: a warp's threads write the ``vec`` elements of
-their vector into ``vec`` different tile rows. With ``row_threads`` threads sharing one
-``kd``-row and the tile row padded by ``pad_bytes``, consecutive rows of a warp fall in
-different banks; ``row_threads=2`` (float32) and ``1`` (16-bit types) with a 16-byte pad are
-conflict-free while keeping the row-wise side 16-byte aligned.
+Bank conflicts come from the scattered side: a warp's threads write (forward) or read
+(backward) the ``vec`` elements of their vector in ``vec`` different tile rows. With
+``row_threads`` threads sharing one ``kd``-row and each tile row padded by ``pad_bytes``
+(16 keeps the row-wise side 16-byte aligned), ``row_threads`` of 1 or 2 puts a warp's lanes in
+distinct banks for 4-byte types; for 16-bit types two lanes share each 4-byte word. ``ncu``
+counts are in docs/perf.md. ``row_threads=2`` also gives each tile row whole 32-byte sectors
+per warp access, which the sm_90 tuning preferred for the backward pass.
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ from psa_tvm.build.rules.base import Pass, ScheduleRule, finish, new_schedule
 from psa_tvm.config import OpConfig
 
 _BANK_ROW_BYTES = 128  # 32 banks x 4 bytes
-_TARGET_TILE_BYTES = 16384
+# Defaults for untuned configurations, from the sm_90 tuning of the YOLO11 configs: 8 KB tiles,
+# 128 threads and two threads per kd-row won or came within 2% in every pass and dtype.
+_TARGET_TILE_BYTES = 8192
+_DEFAULT_THREADS = 128
 
 
 @dataclass(frozen=True)
@@ -64,10 +69,10 @@ class Tiled(ScheduleRule):
     def default_params(self, config: OpConfig) -> TiledParams:
         probe = TiledParams()
         vec = self.vector_width(config, probe)
-        row_threads = max(1, min(2 if config.itemsize == 4 else 1, config.key_dim // vec))
+        row_threads = max(1, min(2, config.key_dim // vec))
         tile_n = _pow2_floor(_TARGET_TILE_BYTES // (config.key_dim * config.itemsize))
         tile_n = min(512, max(32, tile_n))
-        threads = min(256, tile_n * config.key_dim // vec)
+        threads = min(_DEFAULT_THREADS, tile_n * config.key_dim // vec)
         if tile_n % (threads // row_threads):
             threads = tile_n * row_threads
         return TiledParams(tile_n=tile_n, threads=threads, row_threads=row_threads)

@@ -1,0 +1,213 @@
+"""CPU path (LLVM build of the TensorIR): bit-exact with the plain-torch reference, forward and
+backward, every key_dim / num_heads / dtype, with poisoned outputs and canaries around them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import psa_tvm
+from psa_tvm import reference
+from tests.helpers import DTYPES, bitwise_equal, inputs, poisoned
+
+# Every key_dim and every num_heads of the op's range appears once, and each pair runs in every
+# dtype (not the full product: each new (key_dim, num_heads, dtype) is one LLVM compile).
+PAIRS = ((8, 1), (16, 3), (32, 2), (64, 4), (128, 8))
+# (B, H, W): B=1, H=W=1, odd H and W, a non-square odd one, and B > 1.
+SHAPES = ((1, 1, 1), (1, 7, 13), (2, 5, 3), (3, 4, 4))
+# The property test draws from configs the sweep already compiled.
+PROPERTY_CONFIGS = ((8, 1, "float32"), (16, 3, "bfloat16"), (32, 2, "float16"),
+                    (64, 4, "float32"), (128, 8, "bfloat16"), (32, 2, "float32"))
+
+_BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+
+
+def raw_bits(shape, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Arbitrary bit patterns: NaNs with payloads, infinities, -0.0, subnormals included."""
+    info = torch.iinfo(_BITS[dtype])
+    gen = torch.Generator().manual_seed(seed)
+    values = torch.randint(info.min, info.max, shape, generator=gen, dtype=torch.int64)
+    return values.to(_BITS[dtype]).view(dtype)
+
+
+def half_shape(batch, num_heads, height, width, key_dim):
+    return (batch * num_heads, height * width, key_dim)
+
+
+def merged_shape(batch, num_heads, height, width, key_dim):
+    return (batch, 2 * num_heads * key_dim, height, width)
+
+
+def check_forward(lo, hi, num_heads, height, width, *, offset=64, where=""):
+    out = poisoned(merged_shape(lo.shape[0] // num_heads, num_heads, height, width, lo.shape[2]),
+                   lo.dtype, "cpu", offset)
+    result = psa_tvm.merge(lo, hi, num_heads, height, width, out=out.tensor)
+    assert result.data_ptr() == out.tensor.data_ptr(), f"merge did not return out: {where}"
+    expected = reference.merge(lo, hi, num_heads, height, width)
+    assert bitwise_equal(out.tensor, expected), f"forward differs from reference: {where}"
+    assert out.canaries_intact(), f"forward wrote outside out: {where}"
+
+
+def check_backward(grad, num_heads, key_dim, *, offset=64, where=""):
+    half = (grad.shape[0] * num_heads, grad.shape[2] * grad.shape[3], key_dim)
+    d_lo, d_hi = poisoned(half, grad.dtype, "cpu", offset), poisoned(half, grad.dtype, "cpu",
+                                                                       offset)
+    got_lo, got_hi = psa_tvm.merge_backward(grad, num_heads, key_dim, d_lo=d_lo.tensor,
+                                            d_hi=d_hi.tensor)
+    assert got_lo.data_ptr() == d_lo.tensor.data_ptr(), where
+    assert got_hi.data_ptr() == d_hi.tensor.data_ptr(), where
+    ref_lo, ref_hi = reference.merge_backward(grad, num_heads, key_dim)
+    assert bitwise_equal(d_lo.tensor, ref_lo), f"backward d_lo differs: {where}"
+    assert bitwise_equal(d_hi.tensor, ref_hi), f"backward d_hi differs: {where}"
+    assert d_lo.canaries_intact() and d_hi.canaries_intact(), f"backward overran: {where}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("key_dim", "num_heads"), PAIRS, ids=lambda v: str(v))
+def test_forward_sweep_is_bit_exact(key_dim, num_heads, dtype):
+    torch_dtype = DTYPES[dtype]
+    for batch, height, width in SHAPES:
+        where = f"kd={key_dim} nh={num_heads} {dtype} B={batch} H={height} W={width}"
+        shape = half_shape(batch, num_heads, height, width, key_dim)
+        lo = inputs(shape, torch_dtype, "cpu", seed=batch)
+        hi = inputs(shape, torch_dtype, "cpu", seed=batch + 100)
+        check_forward(lo, hi, num_heads, height, width, where=where)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("key_dim", "num_heads"), PAIRS, ids=lambda v: str(v))
+def test_backward_sweep_is_bit_exact(key_dim, num_heads, dtype):
+    torch_dtype = DTYPES[dtype]
+    for batch, height, width in SHAPES:
+        where = f"kd={key_dim} nh={num_heads} {dtype} B={batch} H={height} W={width}"
+        grad = inputs(merged_shape(batch, num_heads, height, width, key_dim), torch_dtype, "cpu",
+                      seed=batch + 7)
+        check_backward(grad, num_heads, key_dim, where=where)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_allocated_outputs_match_reference(dtype):
+    key_dim, num_heads, batch, height, width = 32, 2, 2, 7, 13
+    torch_dtype = DTYPES[dtype]
+    lo = inputs(half_shape(batch, num_heads, height, width, key_dim), torch_dtype, "cpu", 1)
+    hi = inputs(lo.shape, torch_dtype, "cpu", 2)
+    merged = psa_tvm.merge(lo, hi, num_heads, height, width)
+    assert merged.dtype == torch_dtype and merged.is_contiguous()
+    assert bitwise_equal(merged, reference.merge(lo, hi, num_heads, height, width))
+    d_lo, d_hi = psa_tvm.merge_backward(merged, num_heads, key_dim)
+    # The backward pass is the inverse gather: it recovers the inputs exactly.
+    assert bitwise_equal(d_lo, lo) and bitwise_equal(d_hi, hi)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_arbitrary_bit_patterns_are_moved_not_converted(dtype):
+    """NaN payloads, infinities, -0.0 and subnormals come through bit for bit."""
+    key_dim, num_heads, batch, height, width = 32, 2, 2, 7, 13
+    torch_dtype = DTYPES[dtype]
+    shape = half_shape(batch, num_heads, height, width, key_dim)
+    lo, hi = raw_bits(shape, torch_dtype, 11), raw_bits(shape, torch_dtype, 12)
+    assert torch.isnan(lo).any() and torch.isnan(hi).any()  # the test means something
+    check_forward(lo, hi, num_heads, height, width, where=dtype)
+    grad = raw_bits(merged_shape(batch, num_heads, height, width, key_dim), torch_dtype, 13)
+    check_backward(grad, num_heads, key_dim, where=dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_unaligned_outputs_and_inputs(dtype):
+    """Element-aligned but not vector-aligned data (odd element offsets) is handled too."""
+    key_dim, num_heads, batch, height, width = 16, 3, 2, 5, 3
+    torch_dtype = DTYPES[dtype]
+    shape = half_shape(batch, num_heads, height, width, key_dim)
+    numel = shape[0] * shape[1] * shape[2]
+    lo = inputs((numel + 3,), torch_dtype, "cpu", 21)[3:].view(shape)
+    hi = inputs((numel + 1,), torch_dtype, "cpu", 22)[1:].view(shape)
+    check_forward(lo, hi, num_heads, height, width, offset=5, where=dtype)
+    grad_shape = merged_shape(batch, num_heads, height, width, key_dim)
+    grad = inputs((2 * numel + 1,), torch_dtype, "cpu", 23)[1:].view(grad_shape)
+    check_backward(grad, num_heads, key_dim, offset=3, where=dtype)
+
+
+def test_three_dimensional_grad_is_accepted():
+    """``d_merged`` may also be ``[B, c, N]``; same result as the ``[B, c, H, W]`` view."""
+    key_dim, num_heads, batch, height, width = 16, 3, 2, 7, 13
+    grad = inputs(merged_shape(batch, num_heads, height, width, key_dim), torch.float32, "cpu")
+    flat_lo, flat_hi = psa_tvm.merge_backward(grad.flatten(2), num_heads, key_dim)
+    ref_lo, ref_hi = reference.merge_backward(grad, num_heads, key_dim)
+    assert bitwise_equal(flat_lo, ref_lo) and bitwise_equal(flat_hi, ref_hi)
+
+
+# ----------------------------------------------------------------------- numpy inputs
+_NP_BITS = {np.float32: np.uint32, np.float16: np.uint16}
+_NP_POISON = {np.float32: 0x7FC0DEAD, np.float16: 0x7E5A}
+
+
+def np_poisoned(shape, dtype, offset: int = 16, canary: int = 16):
+    numel = int(np.prod(shape))
+    buffer = np.full(offset + numel + canary, _NP_POISON[dtype], dtype=_NP_BITS[dtype])
+    out = buffer.view(dtype)[offset:offset + numel].reshape(shape)
+    return buffer, out, offset, numel
+
+
+def np_canaries_intact(buffer, offset, numel, dtype) -> bool:
+    poison = _NP_POISON[dtype]
+    return bool((buffer[:offset] == poison).all() and (buffer[offset + numel:] == poison).all())
+
+
+def np_bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(
+        a.view(_NP_BITS[a.dtype.type]), b.view(_NP_BITS[b.dtype.type]))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["float32", "float16"])
+@pytest.mark.parametrize(("key_dim", "num_heads"), [(8, 1), (32, 2), (128, 8)], ids=str)
+def test_numpy_arrays_forward_and_backward(key_dim, num_heads, dtype):
+    batch, height, width = 2, 7, 13
+    rng = np.random.default_rng(key_dim)
+    shape = half_shape(batch, num_heads, height, width, key_dim)
+    lo = rng.standard_normal(shape).astype(dtype)
+    hi = rng.standard_normal(shape).astype(dtype)
+    expected = reference.merge(torch.from_numpy(lo), torch.from_numpy(hi), num_heads, height,
+                               width).numpy()
+
+    allocated = psa_tvm.merge(lo, hi, num_heads, height, width)
+    assert isinstance(allocated, np.ndarray)
+    assert np_bits_equal(allocated, expected)
+
+    buffer, out, offset, numel = np_poisoned(expected.shape, dtype)
+    psa_tvm.merge(lo, hi, num_heads, height, width, out=out)
+    assert np_bits_equal(out, expected)
+    assert np_canaries_intact(buffer, offset, numel, dtype)
+
+    grad = rng.standard_normal(expected.shape).astype(dtype)
+    ref_lo, ref_hi = (t.numpy() for t in reference.merge_backward(torch.from_numpy(grad),
+                                                                  num_heads, key_dim))
+    buf_lo, d_lo, off_lo, n_lo = np_poisoned(shape, dtype, offset=8)
+    buf_hi, d_hi, off_hi, n_hi = np_poisoned(shape, dtype, offset=24)
+    psa_tvm.merge_backward(grad, num_heads, key_dim, d_lo=d_lo, d_hi=d_hi)
+    assert np_bits_equal(d_lo, ref_lo) and np_bits_equal(d_hi, ref_hi)
+    assert np_canaries_intact(buf_lo, off_lo, n_lo, dtype)
+    assert np_canaries_intact(buf_hi, off_hi, n_hi, dtype)
+    got_lo, got_hi = psa_tvm.merge_backward(grad, num_heads, key_dim)
+    assert np_bits_equal(got_lo, ref_lo) and np_bits_equal(got_hi, ref_hi)
+
+
+# ----------------------------------------------------------------------- property test
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(config=st.sampled_from(PROPERTY_CONFIGS), batch=st.integers(1, 4),
+       height=st.integers(1, 12), width=st.integers(1, 12), offset=st.integers(0, 9),
+       seed=st.integers(0, 2**16))
+def test_property_random_valid_shapes(config, batch, height, width, offset, seed):
+    key_dim, num_heads, dtype = config
+    torch_dtype = DTYPES[dtype]
+    where = f"{config} B={batch} H={height} W={width} offset={offset}"
+    shape = half_shape(batch, num_heads, height, width, key_dim)
+    lo = inputs(shape, torch_dtype, "cpu", seed)
+    hi = inputs(shape, torch_dtype, "cpu", seed + 1)
+    check_forward(lo, hi, num_heads, height, width, offset=offset, where=where)
+    grad = inputs(merged_shape(batch, num_heads, height, width, key_dim), torch_dtype, "cpu",
+                  seed + 2)
+    check_backward(grad, num_heads, key_dim, offset=offset, where=where)

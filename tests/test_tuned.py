@@ -1,0 +1,70 @@
+"""The shipped tuning table: it parses, every entry schedules and compiles, and the RuntimeOp
+picks it by default (falling back to the rule's defaults for untuned configurations)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from psa_tvm.build.artifact import BuildRequest, schedule_module
+from psa_tvm.build.lower import lower_cuda
+from psa_tvm.build.rules import get_rule
+from psa_tvm.build.rules.base import params_as_dict
+from psa_tvm.cli import main as cli
+from psa_tvm.config import OpConfig
+from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
+from psa_tvm.runtime.tuned import load_table, table_path, tuned_entry
+
+ARCH = "sm_90"
+
+
+def test_table_parses_and_names_known_rules():
+    path = table_path(ARCH)
+    assert path is not None, "schedules/sm_90.json is missing: run scripts/tune.py select"
+    data = json.loads(path.read_text())
+    assert data["arch"] == ARCH and data["generated_by"].startswith("scripts/tune.py")
+    keys = set()
+    for entry in data["entries"]:
+        assert entry["pass"] in ("forward", "backward")
+        get_rule(entry["schedule"])
+        assert 0 < entry["fraction_of_copy"] < 2
+        keys.add((entry["pass"], entry["dtype"], entry["key_dim"], entry["num_heads"]))
+    assert len(keys) == len(data["entries"]), "one entry per (pass, dtype, key_dim, num_heads)"
+
+
+@pytest.mark.parametrize("entry", load_table(ARCH), ids=lambda e: "{pass}-{dtype}-kd{key_dim}-nh"
+                         "{num_heads}".format(**e))
+def test_every_entry_builds(entry):
+    config = OpConfig(entry["key_dim"], entry["num_heads"], entry["dtype"])
+    rule = get_rule(entry["schedule"])
+    params = rule.params_from_dict(entry["params"])
+    rule.check_params(config, params)
+    scheduled = schedule_module(BuildRequest(config, entry["schedule"], params))
+    lowered = lower_cuda({symbol: func for symbol, (_, func) in scheduled.items()})
+    assert len(lowered.kernels) == len(scheduled)
+    assert "__global__" in lowered.source
+
+
+def test_runtime_op_uses_the_tuned_entry_by_default(tmp_path):
+    entry = next(e for e in load_table(ARCH) if e["pass"] == "forward")
+    config = OpConfig(entry["key_dim"], entry["num_heads"], entry["dtype"])
+    assert cli(["build", "--key-dim", str(config.key_dim), "--num-heads",
+                str(config.num_heads), "--dtype", config.dtype, "--schedule", "tiled",
+                "--arch", ARCH, "-o", str(tmp_path), "-q"]) == 0
+    op = PsaMergeAttnRuntimeOp(config.key_dim, config.num_heads, config.dtype,
+                               artifacts=tmp_path, arch=ARCH)
+    assert op.schedule == entry["schedule"]
+    for pass_ in ("forward", "backward"):
+        tuned = tuned_entry(ARCH, pass_, config)
+        assert op._builds[pass_].schedule_params == tuned["params"]
+
+
+def test_untuned_configuration_falls_back_to_the_rule_default(tmp_path):
+    config = OpConfig(16, 3, "float32")
+    assert tuned_entry(ARCH, "forward", config) is None
+    assert cli(["build", "--key-dim", "16", "--num-heads", "3", "--dtype", "float32",
+                "--schedule", "tiled", "--arch", ARCH, "-o", str(tmp_path), "-q"]) == 0
+    op = PsaMergeAttnRuntimeOp(16, 3, "float32", artifacts=tmp_path, arch=ARCH)
+    default = get_rule("tiled").default_params(config)
+    assert op._builds["forward"].schedule_params == params_as_dict(default)
