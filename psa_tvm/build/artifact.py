@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -123,8 +124,13 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
 
 def build_artifacts(requests: Iterable[BuildRequest], out_dir: str | os.PathLike,
                     archs: Iterable[str] = DEFAULT_ARCHS, *, jobs: int | None = None,
-                    compiler: str = "auto", progress: bool = False) -> Path:
-    """Build every request into ``out_dir`` (in parallel) and merge them into its manifest."""
+                    compiler: str = "auto", progress: bool = False,
+                    keep_going: bool = False) -> Path:
+    """Build every request into ``out_dir`` (in parallel) and merge them into its manifest.
+
+    With ``keep_going`` a request that fails to build is reported and left out (tuning
+    candidates); otherwise the first failure is raised.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     arch_list = check_archs(list(archs))
@@ -136,14 +142,21 @@ def build_artifacts(requests: Iterable[BuildRequest], out_dir: str | os.PathLike
 
         bar = tqdm(total=len(requests), desc="psa-tvm build", unit="build")
 
-    def run(request: BuildRequest) -> dict:
-        entry = build_one(request, out, arch_list, compiler)
-        if bar is not None:
-            bar.update(1)
-        return entry
+    def run(request: BuildRequest) -> dict | None:
+        try:
+            return build_one(request, out, arch_list, compiler)
+        except Exception as err:
+            if not keep_going:
+                raise
+            print(f"skipped {request.config.tag} {request.schedule} {request.params}: "
+                  f"{str(err).strip().splitlines()[-1][:200]}", file=sys.stderr)
+            return None
+        finally:
+            if bar is not None:
+                bar.update(1)
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        entries = list(pool.map(run, requests))
+        entries = [e for e in pool.map(run, requests) if e is not None]
     if bar is not None:
         bar.close()
     return write_manifest(out, entries)

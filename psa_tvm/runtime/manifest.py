@@ -160,10 +160,17 @@ class Manifest:
 
     @classmethod
     def load(cls, root: str | Path) -> Manifest:
+        """Read ``root/manifest.json`` (parsed once per file version)."""
         root = Path(root)
         path = root / MANIFEST_NAME
         if not path.is_file():
             raise FileNotFoundError(f"artifacts: no {MANIFEST_NAME} in {root}; run `psa-tvm build`")
+        stat = path.stat()
+        return _load(root, stat.st_mtime_ns, stat.st_size)
+
+    @classmethod
+    def _parse(cls, root: Path) -> Manifest:
+        path = root / MANIFEST_NAME
         data = json.loads(path.read_text())
         if data.get("format") != MANIFEST_FORMAT:
             raise ValueError(f"{path}: manifest format {data.get('format')}, "
@@ -191,3 +198,8 @@ class Manifest:
             f"(have {have}); run `psa-tvm build --key-dim {config.key_dim} "
             f"--num-heads {config.num_heads} --dtype {config.dtype} --schedule {schedule}`"
         )
+
+
+@lru_cache(maxsize=8)
+def _load(root: Path, mtime_ns: int, size: int) -> Manifest:
+    return Manifest._parse(root)

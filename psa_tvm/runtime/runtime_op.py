@@ -147,7 +147,9 @@ class PsaMergeAttnRuntimeOp:
     def _find_build(self, root: Path, may_build: bool, tuned: dict | None) -> BuildSpec:
         params = tuned["params"] if tuned and tuned.get("schedule") == self.schedule else None
         try:
-            return Manifest.load(root).find(self.config, self.schedule, params)
+            build = Manifest.load(root).find(self.config, self.schedule, params)
+            if not may_build or params is None or build.schedule_params == params:
+                return build
         except (FileNotFoundError, LookupError):
             if not may_build:
                 raise

@@ -91,10 +91,12 @@ def _from_torch(t, name: str) -> TensorInfo:
     dtype = _TORCH_DTYPES.get(t.dtype)
     if dtype is None:
         dtype = _TORCH_DTYPES[t.dtype] = str(t.dtype).removeprefix("torch.")
-    device = t.device
-    kind = device.type
+    index = t.get_device()  # -1 off CUDA; cheaper than building a torch.device
+    if index >= 0 and t.is_cuda:
+        return TensorInfo(ptr=t.data_ptr(), shape=tuple(t.shape), strides=t.stride(),
+                          dtype=dtype, device=CUDA, device_index=index)
     return TensorInfo(ptr=t.data_ptr(), shape=tuple(t.shape), strides=t.stride(), dtype=dtype,
-                      device=kind, device_index=device.index if kind == CUDA else None)
+                      device=t.device.type, device_index=None)
 
 
 def tensor_info(obj: object, name: str) -> TensorInfo:

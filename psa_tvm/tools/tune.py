@@ -29,14 +29,15 @@ GRID = {"tile_n": (32, 64, 128, 256), "threads": (64, 128, 256, 512), "row_threa
 STATIC_SMEM_LIMIT = 48 * 1024
 
 
-def candidates(config: OpConfig) -> list:
+def candidates(config: OpConfig, grid: dict[str, tuple] | None = None) -> list:
     """Valid ``tiled`` parameter sets for ``config``: the grid plus the rule's default."""
+    grid = GRID if grid is None else grid
     from psa_tvm.build.rules import get_rule
 
     rule = get_rule("tiled")
     found = [rule.default_params(config)]
-    for values in itertools.product(*GRID.values()):
-        params = rule.Params(**dict(zip(GRID, values, strict=True)))
+    for values in itertools.product(*grid.values()):
+        params = rule.Params(**dict(zip(grid, values, strict=True)))
         smem = config.key_dim * (params.tile_n * config.itemsize + params.pad_bytes)
         try:
             rule.check_params(config, params)
@@ -51,10 +52,17 @@ def cmd_build(args: argparse.Namespace) -> int:
     from psa_tvm.build.artifact import BuildRequest, build_artifacts
     from psa_tvm.presets import PRESETS
 
+    grid = dict(GRID)
+    for item in args.grid or ():
+        key, _, values = item.partition("=")
+        if key not in GRID:
+            raise ValueError(f"--grid: expected one of {sorted(GRID)}, got {key!r}")
+        grid[key] = tuple(int(v) for v in values.split(","))
     requests = [BuildRequest(config, "tiled", params, preferred=False)
                 for config in PRESETS[args.preset] if config.dtype in args.dtypes
-                for params in candidates(config)]
-    build_artifacts(requests, args.output, args.arch, jobs=args.jobs, progress=True)
+                for params in candidates(config, grid)]
+    build_artifacts(requests, args.output, args.arch, jobs=args.jobs, progress=True,
+                    keep_going=True)
     print(f"built {len(requests)} candidates into {args.output}")
     return 0
 
@@ -131,6 +139,8 @@ def cmd_select(args: argparse.Namespace) -> int:
     entries = []
     for (pass_, dtype, key_dim, num_heads), per_source in sorted(scores.items()):
         complete = {s: v for s, v in per_source.items() if len(v) == len(TUNE_SHAPES)}
+        if len(complete) < 2:
+            continue  # nothing was compared: leave the configuration to the rule's default
         best = max(complete, key=lambda s: math.prod(complete[s]))
         fraction = math.prod(complete[best]) ** (1 / len(TUNE_SHAPES))
         entries.append({"pass": pass_, "dtype": dtype, "key_dim": key_dim,
@@ -158,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--preset", default="yolo11")
     build.add_argument("--arch", nargs="+", default=["sm_90"])
     build.add_argument("--dtypes", nargs="+", default=["float32", "float16", "bfloat16"])
+    build.add_argument("--grid", nargs="+", metavar="NAME=V1,V2",
+                       help=f"override grid axes (default {GRID})")
     build.add_argument("-o", "--output", default=".tune")
     build.add_argument("-j", "--jobs", type=int, default=None)
     build.set_defaults(func=cmd_build)
