@@ -146,11 +146,13 @@ def _external_launch(binary: bytes, entry: str, grid, block, visitor: _CtypesVis
 def test_minimal_external_launcher_from_manifest(artifacts, dtype):
     """Only the manifest, the binary and the RuntimeOp's grid/block/pack_args are used."""
     kd, nh, batch, height, width = 32, 4, 2, 20, 20
-    manifest = json.loads((artifacts / "manifest.json").read_text())
-    build = next(b for b in manifest["builds"] if b["schedule"] == "tiled" and b["preferred"]
-                 and (b["key_dim"], b["num_heads"], b["dtype"]) == (kd, nh, dtype))
-    binary = (artifacts / build["binaries"][0]["path"]).read_bytes()
     op = PsaMergeAttnRuntimeOp(kd, nh, dtype, schedule="tiled", artifacts=artifacts)
+    manifest = json.loads((artifacts / "manifest.json").read_text())
+    # The op names its builds by their source; the manifest entry gives binary and kernels.
+    entries = {b["source"]: b for b in manifest["builds"]}
+    fwd_build, bwd_build = (entries[str(op.builds[p].source.relative_to(artifacts))]
+                            for p in ("forward", "backward"))
+    binary = (artifacts / fwd_build["binaries"][0]["path"]).read_bytes()
 
     lo = inputs((batch * nh, height * width, kd), DTYPES[dtype], "cuda", 1)
     hi = inputs((batch * nh, height * width, kd), DTYPES[dtype], "cuda", 2)
@@ -164,10 +166,11 @@ def test_minimal_external_launcher_from_manifest(artifacts, dtype):
     grad = inputs((batch, 2 * nh * kd, height, width), DTYPES[dtype], "cuda", 3)
     d_lo, d_hi = (poisoned((batch * nh, height * width, kd), DTYPES[dtype], "cuda")
                   for _ in range(2))
-    entry = next(k["entry"] for k in build["kernels"] if k["pass"] == "backward"
-                 and k["index_dtype"] == "int32" and k["vec"] == build["vector_width"])
+    entry = next(k["entry"] for k in bwd_build["kernels"] if k["pass"] == "backward"
+                 and k["index_dtype"] == "int32" and k["vec"] == bwd_build["vector_width"])
     visitor = _CtypesVisitor()
     op.pack_backward_args(grad, [d_lo.tensor, d_hi.tensor], visitor)
+    binary = (artifacts / bwd_build["binaries"][0]["path"]).read_bytes()
     _external_launch(binary, entry, op.backward_grid(grad), op.backward_block(grad), visitor)
     ref_lo, ref_hi = reference.merge_backward(grad, nh, kd)
     assert bitwise_equal(d_lo.tensor, ref_lo) and bitwise_equal(d_hi.tensor, ref_hi)

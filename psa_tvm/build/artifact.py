@@ -168,7 +168,11 @@ def write_manifest(out: Path, entries: list[dict]) -> Path:
     builds: dict[str, dict] = {}
     if path.exists():
         builds = {b["source"]: b for b in json.loads(path.read_text())["builds"]}
-    builds.update({e["source"]: e for e in entries})
+    for entry in entries:
+        old = builds.get(entry["source"])
+        # The same parameters built again as a tuning candidate stay the preferred build.
+        preferred = entry["preferred"] or bool(old and old["preferred"])
+        builds[entry["source"]] = {**entry, "preferred": preferred}
     manifest = {
         "format": MANIFEST_FORMAT,
         "psa_tvm_version": __version__,

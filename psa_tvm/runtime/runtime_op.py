@@ -158,6 +158,11 @@ class PsaMergeAttnRuntimeOp:
         build_missing(root, self.config, self.schedule, params)
         return Manifest.load(root).find(self.config, self.schedule, params)
 
+    @property
+    def builds(self) -> dict[str, BuildSpec]:
+        """The manifest build used for each pass (``"forward"``, ``"backward"``)."""
+        return dict(self._builds)
+
     # ----------------------------------------------------------------- seed surface
     def kernel_name(self) -> str:
         """Entry point of the forward kernel's main variant (vectorized, int32 indexing)."""

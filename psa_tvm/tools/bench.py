@@ -194,16 +194,27 @@ def plot(records: list[dict], schedules: list[str], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="psa-tvm bench", description=__doc__)
-    parser.add_argument("--artifacts", default=os.environ.get("PSA_TVM_ARTIFACTS"),
-                        required="PSA_TVM_ARTIFACTS" not in os.environ)
+    parser.add_argument("--artifacts", default=os.environ.get("PSA_TVM_ARTIFACTS"))
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
     parser.add_argument("--schedules", nargs="+", default=["tiled", "seed"])
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--quick", action="store_true", help="a subset of the shapes")
     parser.add_argument("--out", default="bench-out")
+    parser.add_argument("--replot", metavar="BENCH_JSON",
+                        help="only redraw the table and plot of an earlier run (no GPU needed)")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("psa-tvm bench needs a CUDA GPU", file=sys.stderr)
+    if args.replot:
+        data = json.loads(Path(args.replot).read_text())
+        schedules = [s for s in dict.fromkeys(r["impl"] for r in data["records"])
+                     if s not in PEERS]
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        plot(data["records"], schedules, out / "bench.png")
+        (out / "bench.md").write_text(markdown(data["records"], schedules) + "\n")
+        return 0
+    if not torch.cuda.is_available() or not args.artifacts:
+        print("psa-tvm bench needs a CUDA GPU and --artifacts (or PSA_TVM_ARTIFACTS)",
+              file=sys.stderr)
         return 2
     torch._dynamo.config.cache_size_limit = 1024
     out = Path(args.out)
