@@ -16,6 +16,7 @@ from psa_tvm.runtime.tensors import CPU, CUDA, TensorInfo, tensor_info
 from psa_tvm.validation import (
     MergeDims,
     check_backward_input,
+    check_count,
     check_forward_inputs,
     check_no_overlap,
     check_output,
@@ -28,6 +29,10 @@ def merge(lo: Any, hi: Any, num_heads: int, H: int, W: int, *, out: Any = None) 
     ``merged[b, h*2kd + d, n] = lo[b*nh + h, n, d]`` and ``merged[b, h*2kd + kd + d, n] =
     hi[b*nh + h, n, d]``. Returns ``out`` (allocated when not given).
     """
+    # Checked before the cache lookup: 4.0 == 4 and True == 1 would hit a validated entry.
+    check_count("num_heads", num_heads)
+    check_count("H", H, minimum=0)
+    check_count("W", W, minimum=0)
     lo_info, hi_info = tensor_info(lo, "lo"), tensor_info(hi, "hi")
     key = (_signature(lo_info), _signature(hi_info), num_heads, H, W)
     dims = _FORWARD_DIMS.get(key)
@@ -61,6 +66,8 @@ def merge(lo: Any, hi: Any, num_heads: int, H: int, W: int, *, out: Any = None) 
 def merge_backward(d_merged: Any, num_heads: int, key_dim: int, *, d_lo: Any = None,
                    d_hi: Any = None) -> tuple[Any, Any]:
     """The inverse gather: ``d_merged [B, c, H, W]`` -> ``(d_lo, d_hi)``, ``[B*nh, H*W, kd]``."""
+    check_count("num_heads", num_heads)
+    check_count("key_dim", key_dim)
     g_info = tensor_info(d_merged, "d_merged")
     key = (_signature(g_info), num_heads, key_dim)
     dims = _BACKWARD_DIMS.get(key)

@@ -12,6 +12,7 @@ in every variant the launcher may pick (16-byte vectors or scalar, int32 or int6
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -131,9 +132,9 @@ def build_artifacts(requests: Iterable[BuildRequest], out_dir: str | os.PathLike
     With ``keep_going`` a request that fails to build is reported and left out (tuning
     candidates); otherwise the first failure is raised.
     """
+    arch_list = check_archs(list(archs))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    arch_list = check_archs(list(archs))
     requests = list(dict.fromkeys(requests))
     jobs = jobs or min(len(requests), os.cpu_count() or 1) or 1
     bar = None
@@ -165,6 +166,12 @@ def build_artifacts(requests: Iterable[BuildRequest], out_dir: str | os.PathLike
 def write_manifest(out: Path, entries: list[dict]) -> Path:
     """Merge ``entries`` into ``out/manifest.json``; a rebuilt source replaces its old entry."""
     path = out / MANIFEST_NAME
+    with open(out / ".manifest.lock", "w") as lock:  # builds into one directory may overlap
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _merge_manifest(path, entries)
+
+
+def _merge_manifest(path: Path, entries: list[dict]) -> Path:
     builds: dict[str, dict] = {}
     if path.exists():
         builds = {b["source"]: b for b in json.loads(path.read_text())["builds"]}
@@ -179,7 +186,7 @@ def write_manifest(out: Path, entries: list[dict]) -> Path:
         "tvm_version": tvm.__version__,
         "builds": sorted(builds.values(), key=lambda b: b["source"]),
     }
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(manifest, indent=1))
     tmp.replace(path)
     return path

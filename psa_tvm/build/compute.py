@@ -29,9 +29,15 @@ def _index_var(index_dtype: str):
 
 
 def merge_forward(
-    config: OpConfig, *, vec: int = 1, index_dtype: str = "int32", name: str = "psa_merge_fwd"
+    config: OpConfig, *, vec: int = 1, index_dtype: str = "int32", name: str = "psa_merge_fwd",
+    align: int = -1,
 ) -> PrimFunc:
-    """``out[b, h, s, d, n] = (lo if s == 0 else hi)[b*nh + h, n, d]`` with ``N = NV * vec``."""
+    """``out[b, h, s, d, n] = (lo if s == 0 else hi)[b*nh + h, n, d]`` with ``N = NV * vec``.
+
+    ``align`` is the data alignment (bytes) the generated code may assume for every tensor
+    (-1: TVM's default, 64). The CPU build passes the element size, since any element-aligned
+    view is a valid input; GPU launches check 16-byte alignment before picking a vector kernel.
+    """
     kd, nh, dtype = config.key_dim, config.num_heads, config.dtype
     ivar = _index_var(index_dtype)
 
@@ -39,9 +45,9 @@ def merge_forward(
     def forward(lo_h: T.handle, hi_h: T.handle, out_h: T.handle, NV: ivar):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         B = ivar()
-        lo = T.match_buffer(lo_h, (B * nh, NV * vec, kd), dtype)
-        hi = T.match_buffer(hi_h, (B * nh, NV * vec, kd), dtype)
-        out = T.match_buffer(out_h, (B, nh, 2, kd, NV * vec), dtype)
+        lo = T.match_buffer(lo_h, (B * nh, NV * vec, kd), dtype, align=align)
+        hi = T.match_buffer(hi_h, (B * nh, NV * vec, kd), dtype, align=align)
+        out = T.match_buffer(out_h, (B, nh, 2, kd, NV * vec), dtype, align=align)
         for b, h, s, d, n in T.grid(B, nh, 2, kd, NV * vec):
             with T.sblock(FORWARD_BLOCK):
                 vb, vh, vs, vd, vn = T.axis.remap("SSSSS", [b, h, s, d, n])
@@ -53,7 +59,8 @@ def merge_forward(
 
 
 def merge_backward(
-    config: OpConfig, *, vec: int = 1, index_dtype: str = "int32", name: str = "psa_merge_bwd"
+    config: OpConfig, *, vec: int = 1, index_dtype: str = "int32", name: str = "psa_merge_bwd",
+    align: int = -1,
 ) -> PrimFunc:
     """The inverse gather: ``d_lo[b*nh + h, n, d] = g[b, h, 0, d, n]``, ``d_hi`` from ``s = 1``."""
     kd, nh, dtype = config.key_dim, config.num_heads, config.dtype
@@ -63,9 +70,9 @@ def merge_backward(
     def backward(g_h: T.handle, dlo_h: T.handle, dhi_h: T.handle, NV: ivar):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         B = ivar()
-        g = T.match_buffer(g_h, (B, nh, 2, kd, NV * vec), dtype)
-        dlo = T.match_buffer(dlo_h, (B * nh, NV * vec, kd), dtype)
-        dhi = T.match_buffer(dhi_h, (B * nh, NV * vec, kd), dtype)
+        g = T.match_buffer(g_h, (B, nh, 2, kd, NV * vec), dtype, align=align)
+        dlo = T.match_buffer(dlo_h, (B * nh, NV * vec, kd), dtype, align=align)
+        dhi = T.match_buffer(dhi_h, (B * nh, NV * vec, kd), dtype, align=align)
         for b, h, s, n, d in T.grid(B, nh, 2, NV * vec, kd):
             with T.sblock(BACKWARD_BLOCK):
                 vb, vh, vs, vn, vd = T.axis.remap("SSSSS", [b, h, s, n, d])

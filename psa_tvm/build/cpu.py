@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,11 @@ from psa_tvm.runtime.runtime_op import cache_dir
 
 CPU_TARGET = "llvm"
 _FORWARD, _BACKWARD = "psa_merge_fwd_cpu", "psa_merge_bwd_cpu"
-_LOADED: dict[OpConfig, CpuKernels] = {}
+_LOADED: dict[tuple[OpConfig, Path], CpuKernels] = {}
+# Editing the TensorIR must invalidate cached libraries even without a version bump.
+_DEFINITION_DIGEST = hashlib.sha1(
+    Path(__file__).with_name("compute.py").read_bytes() + Path(__file__).read_bytes()
+).hexdigest()[:12]
 _LOCK = threading.Lock()
 
 
@@ -48,7 +53,7 @@ class CpuKernels:
 def cache_key(config: OpConfig) -> str:
     fields = {"op": "psa_merge", "key_dim": config.key_dim, "num_heads": config.num_heads,
               "dtype": config.dtype, "target": CPU_TARGET, "psa_tvm": __version__,
-              "tvm": tvm.__version__}
+              "tvm": tvm.__version__, "definition": _DEFINITION_DIGEST}
     digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
     return f"{config.tag}-{digest}"
 
@@ -56,28 +61,31 @@ def cache_key(config: OpConfig) -> str:
 def compile_cpu(config: OpConfig, path: Path) -> None:
     """Compile both passes for LLVM and export them to ``path`` (a shared library)."""
     mod = tvm.IRModule({
-        _FORWARD: merge_forward(config, index_dtype="int64", name=_FORWARD),
-        _BACKWARD: merge_backward(config, index_dtype="int64", name=_BACKWARD),
+        _FORWARD: merge_forward(config, index_dtype="int64", name=_FORWARD,
+                                align=config.itemsize),
+        _BACKWARD: merge_backward(config, index_dtype="int64", name=_BACKWARD,
+                                  align=config.itemsize),
     })
     executable = tvm.compile(mod, target=CPU_TARGET)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp.so")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp.so")
     executable.export_library(str(tmp))
     tmp.replace(path)  # atomic: a concurrent reader sees the old file or the whole new one
 
 
 def cpu_kernels(config: OpConfig, root: Path | None = None) -> CpuKernels:
     """The CPU kernels of ``config``: from memory, else from the disk cache, else compiled."""
+    root = root or cache_dir() / "cpu"
     with _LOCK:
-        loaded = _LOADED.get(config)
+        loaded = _LOADED.get((config, root))
         if loaded is not None:
             return loaded
-        path = (root or cache_dir() / "cpu") / f"{cache_key(config)}.so"
+        path = root / f"{cache_key(config)}.so"
         from_cache = path.is_file()
         if not from_cache:
             compile_cpu(config, path)
         loaded = CpuKernels(config, tvm.runtime.load_module(str(path)), path, from_cache)
-        _LOADED[config] = loaded
+        _LOADED[(config, root)] = loaded
         return loaded
 
 

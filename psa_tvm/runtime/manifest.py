@@ -39,7 +39,7 @@ def _parse(expr: str) -> ast.expr:
     tree = ast.parse(expr, mode="eval").body
     for node in ast.walk(tree):
         allowed = (ast.BinOp, ast.Name, ast.Constant, ast.Call, ast.Attribute, ast.Load,
-                   *(_BINOPS))
+                   *_BINOPS)
         if not isinstance(node, allowed):
             raise ValueError(f"unsupported launch expression {expr!r}")
     return tree
@@ -54,11 +54,14 @@ def _eval(node: ast.expr, env: dict[str, int]) -> int:
         return _BINOPS[type(node.op)](_eval(node.left, env), _eval(node.right, env))
     if isinstance(node, ast.Call):
         func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name == "Cast":  # T.Cast("int64", x)
+            return _eval(node.args[-1], env)
         args = [_eval(a, env) for a in node.args]
-        if isinstance(func, ast.Attribute) and func.attr in _CASTS:  # T.int64(8)
+        if name in _CASTS:  # T.int64(8)
             return args[0]
-        if isinstance(func, ast.Name) and func.id in _FUNCS:
-            return _FUNCS[func.id](*args)
+        if name in _FUNCS:  # min/max, bare or as T.min/T.max
+            return _FUNCS[name](*args)
     raise ValueError(f"unsupported launch expression node {ast.dump(node)}")
 
 
@@ -134,10 +137,12 @@ class BuildSpec:
         raise LookupError(f"{self.source.name}: no {pass_} kernel with vec={vec}, {index_dtype}")
 
     def binary_for(self, arch: str) -> tuple[Path, str]:
-        """The binary to load on a GPU of ``arch`` (``sm_90``): exact SASS first, then PTX."""
+        """The binary to load on a GPU of ``arch`` (``sm_86``): SASS of the same major version
+        and no newer minor (binary compatible), else PTX no newer than the GPU (JIT)."""
         major_minor = int(arch.removeprefix("sm_").rstrip("a"))
         for entry in self.binaries:
-            if arch in entry["archs"]:
+            sass = [int(a.removeprefix("sm_").rstrip("a")) for a in entry["archs"]]
+            if any(s // 10 == major_minor // 10 and s <= major_minor for s in sass):
                 return self.root / entry["path"], entry["format"]
         for entry in self.binaries:
             ptx = [int(p.removeprefix("compute_").rstrip("a")) for p in entry["ptx"]]

@@ -8,6 +8,7 @@ data pointers' alignment, so ``grid``/``block``/``pack_args`` given the same ten
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Sequence
@@ -164,8 +165,16 @@ class PsaMergeAttnRuntimeOp:
         return dict(self._builds)
 
     # ----------------------------------------------------------------- seed surface
-    def kernel_name(self) -> str:
-        """Entry point of the forward kernel's main variant (vectorized, int32 indexing)."""
+    def kernel_name(self, inputs: Sequence[Any] | None = None, output: Any = None) -> str:
+        """Entry point of the forward kernel.
+
+        Without ``inputs``: the main variant (16-byte vectors, int32 indexing). With them: the
+        variant that :meth:`grid` and :meth:`pack_args` choose for those tensors (scalar for
+        ``N`` tails or misaligned data, int64 past 2**31 elements). Launch the kernel named for
+        the same inputs you pack.
+        """
+        if inputs is not None:
+            return self.plan_forward(inputs, output).kernel.entry
         build = self._builds["forward"]
         return build.kernel("forward", _widest(build, "forward"), "int32").entry
 
@@ -280,12 +289,13 @@ class PsaMergeAttnRuntimeOp:
         """Validate a forward call and choose its kernel, grid, block and arguments."""
         if len(inputs) != 2:
             raise ValueError(f"inputs: expected [lo, hi], got {len(inputs)} tensors")
-        lo, hi = (_as_shape_or_info(x, n) for x, n in zip(inputs, ("lo", "hi"), strict=True))
+        lo, hi = (self._typed(_as_shape_or_info(x, n))
+                  for x, n in zip(inputs, ("lo", "hi"), strict=True))
         height, width = spatial if spatial is not None else (lo.shape[1] if lo.shape[1:] else 0, 1)
         dims = check_forward_inputs(lo, hi, self.config.num_heads, height, width, self.config)
         tensors = {"lo": lo, "hi": hi}
         if output is not None:
-            out = tensor_info(output, "output")
+            out = self._typed(tensor_info(output, "output"))
             check_output("output", out, dims.merged_shape if spatial else
                          (dims.batch, dims.channels, dims.n), "lo", lo)
             check_no_overlap("output", out, "lo", lo)
@@ -296,19 +306,26 @@ class PsaMergeAttnRuntimeOp:
     def plan_backward(self, grad_output: Any, grad_inputs: Sequence[Any] | None = None
                       ) -> LaunchPlan:
         """Validate a backward call and choose its kernel, grid, block and arguments."""
-        grad = _as_shape_or_info(grad_output, "d_merged")
+        grad = self._typed(_as_shape_or_info(grad_output, "d_merged"))
         dims = check_backward_input(grad, self.config.num_heads, self.config.key_dim, self.config)
         tensors = {"g": grad}
         if grad_inputs is not None:
             if len(grad_inputs) != 2:
                 raise ValueError(f"grad_inputs: expected [d_lo, d_hi], got {len(grad_inputs)}")
             for key, name, obj in zip(("dlo", "dhi"), ("d_lo", "d_hi"), grad_inputs, strict=True):
-                info = tensor_info(obj, name)
+                info = self._typed(tensor_info(obj, name))
                 check_output(name, info, dims.half_shape, "d_merged", grad)
                 check_no_overlap(name, info, "d_merged", grad)
                 tensors[key] = info
             check_no_overlap("d_hi", tensors["dhi"], "d_lo", tensors["dlo"])
         return self._plan("backward", dims, tensors)
+
+    def _typed(self, info: TensorInfo) -> TensorInfo:
+        """A ``(pointer, shape)`` pair holds this op's dtype: check its alignment and overlap
+        like a tensor's. (Bare shapes, pointer 0, stay untyped placeholders.)"""
+        if info.dtype is None and info.ptr:
+            return dataclasses.replace(info, dtype=self.config.dtype)
+        return info
 
     def _plan(self, pass_: str, dims: MergeDims, tensors: dict[str, TensorInfo]) -> LaunchPlan:
         build = self._builds[pass_]

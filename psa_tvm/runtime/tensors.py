@@ -35,7 +35,7 @@ class TensorInfo:
         return math.prod(self.shape)
 
     def is_contiguous(self) -> bool:
-        if self.strides is None:
+        if self.strides is None or self.numel == 0:
             return True
         expected = 1
         for size, stride in zip(reversed(self.shape), reversed(self.strides), strict=True):
@@ -69,7 +69,11 @@ _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
 def _from_dlpack(obj: object, name: str) -> TensorInfo:
-    capsule = obj.__dlpack__()
+    try:
+        capsule = obj.__dlpack__()
+    except BufferError as err:  # e.g. numpy refuses to export read-only arrays
+        raise ValueError(f"{name}: cannot be shared through DLPack ({err}); pass a writable, "
+                         "contiguous array") from err
     # DLManagedTensor starts with its DLTensor; the capsule stays unconsumed, so the producer
     # keeps ownership and frees it when the capsule is collected.
     header = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
@@ -81,7 +85,8 @@ def _from_dlpack(obj: object, name: str) -> TensorInfo:
         raise TypeError(f"{name}: vector dtypes (lanes={header.dtype.lanes}) are not supported")
     device = _DL_DEVICE.get(header.device.device_type, f"dl{header.device.device_type}")
     return TensorInfo(ptr=(header.data or 0) + header.byte_offset, shape=shape, strides=strides,
-                      dtype=dtype, device=device, device_index=header.device.device_id)
+                      dtype=dtype, device=device,
+                      device_index=header.device.device_id if device == CUDA else None)
 
 
 _TORCH_DTYPES: dict = {}
