@@ -9,6 +9,7 @@ import torch
 
 import psa_tvm
 from psa_tvm import PsaMergeAttnRuntimeOp, RecordingVisitor, reference
+from psa_tvm.runtime.tensors import TensorInfo
 from tests.helpers import bitwise_equal, inputs, poisoned
 from tests.prebuilt import small_artifacts
 
@@ -455,3 +456,27 @@ def test_runtime_op_overlapping_pointer_pairs(tiled):
 def test_runtime_op_pointer_pair_not_element_aligned(tiled):
     lo, hi = pairs(2, 400)
     rejected(lambda: tiled.grid([(P_LO + 1, lo[1]), hi]), ValueError, "lo", "aligned")
+
+
+def _on_gpu(ptr: int, shape: tuple[int, ...], index: int) -> TensorInfo:
+    """A CUDA tensor as the RuntimeOp sees it, on GPU ``index`` (no GPU needed to plan)."""
+    strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+    return TensorInfo(ptr=ptr, shape=shape, strides=strides, dtype="float16", device="cuda",
+                      device_index=index)
+
+
+def test_tensors_on_different_gpus_are_refused_before_any_launch(tiled, monkeypatch):
+    def no_launch(*args, **kwargs):
+        raise AssertionError("launched")
+
+    monkeypatch.setattr("psa_tvm.runtime.runtime_op._Launch.__call__", no_launch)
+    shape, merged = (2 * RNH, 400, RKD), (2, 2 * RNH * RKD, 20, 20)
+    lo, hi = _on_gpu(P_LO, shape, 0), _on_gpu(P_HI, shape, 1)
+    rejected(lambda: tiled.launch_forward(lo, hi, _on_gpu(P_OUT, merged, 0), 0, (20, 20)),
+             ValueError, "hi", "cuda:0", "cuda:1")
+    rejected(lambda: tiled.launch_forward(lo, _on_gpu(P_HI, shape, 0),
+                                          _on_gpu(P_OUT, merged, 1), 0, (20, 20)),
+             ValueError, "output", "cuda:0", "cuda:1")
+    rejected(lambda: tiled.launch_backward(_on_gpu(P_OUT, merged, 1), lo,
+                                           _on_gpu(P_HI, shape, 1)),
+             ValueError, "d_lo", "cuda:1", "cuda:0")

@@ -197,10 +197,11 @@ class Manifest:
             return preferred[0]
         if matches:
             return matches[0]
-        have = sorted({(b.config.tag, b.schedule) for b in self.builds})
+        have = sorted({f"{b.config.tag}/{b.schedule}" for b in self.builds})
+        listed = ", ".join(have[:6]) + (f", ... ({len(have)} in all)" if len(have) > 6 else "")
         raise LookupError(
             f"artifacts in {self.root} have no {schedule!r} build for {config.tag} "
-            f"(have {have}); run `psa-tvm build --key-dim {config.key_dim} "
+            f"(have {listed or 'none'}); run `psa-tvm build --key-dim {config.key_dim} "
             f"--num-heads {config.num_heads} --dtype {config.dtype} --schedule {schedule}`"
         )
 
