@@ -15,6 +15,7 @@ import tvm
 from tvm import s_tir
 from tvm.tirx import PrimFunc
 
+from psa_tvm.build.compute import BACKWARD_BLOCK, FORWARD_BLOCK
 from psa_tvm.config import OpConfig
 
 Pass = Literal["forward", "backward"]
@@ -56,6 +57,18 @@ def new_schedule(func: PrimFunc) -> tuple[s_tir.Schedule, str]:
     sch = s_tir.Schedule(tvm.IRModule({name: func}))
     sch.work_on(name)
     return sch, name
+
+
+def pass_loops(sch: s_tir.Schedule, pass_: Pass) -> tuple:
+    """The pass's block and its loops by name, ``(block, b, h, s, d, n)``, whatever their order
+    in the definition (forward nests ``d`` outside ``n``, backward ``n`` outside ``d``)."""
+    block = sch.get_sblock(FORWARD_BLOCK if pass_ == "forward" else BACKWARD_BLOCK)
+    loops = sch.get_loops(block)
+    if pass_ == "forward":
+        b, h, s, d, n = loops
+    else:
+        b, h, s, n, d = loops
+    return block, b, h, s, d, n
 
 
 def finish(sch: s_tir.Schedule, name: str) -> PrimFunc:

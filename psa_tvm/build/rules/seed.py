@@ -14,8 +14,7 @@ from typing import ClassVar
 
 from tvm.tirx import PrimFunc
 
-from psa_tvm.build.compute import BACKWARD_BLOCK, FORWARD_BLOCK
-from psa_tvm.build.rules.base import Pass, ScheduleRule, finish, new_schedule
+from psa_tvm.build.rules.base import Pass, ScheduleRule, finish, new_schedule, pass_loops
 from psa_tvm.config import OpConfig
 
 
@@ -36,12 +35,7 @@ class Seed(ScheduleRule):
     def apply(self, func: PrimFunc, pass_: Pass, config: OpConfig, params: SeedParams,
               vec: int) -> PrimFunc:
         sch, name = new_schedule(func)
-        block = sch.get_sblock(FORWARD_BLOCK if pass_ == "forward" else BACKWARD_BLOCK)
-        loops = sch.get_loops(block)
-        if pass_ == "forward":
-            b, h, s, d, n = loops
-        else:
-            b, h, s, n, d = loops
+        _, b, h, s, d, n = pass_loops(sch, pass_)
         sch.reorder(b, h, n, s, d)
         sch.bind(sch.fuse(b, h, n), "blockIdx.x")
         sch.bind(d, "threadIdx.x")

@@ -23,8 +23,7 @@ from typing import ClassVar
 
 from tvm.tirx import PrimFunc
 
-from psa_tvm.build.compute import BACKWARD_BLOCK, FORWARD_BLOCK
-from psa_tvm.build.rules.base import Pass, ScheduleRule, finish, new_schedule
+from psa_tvm.build.rules.base import Pass, ScheduleRule, finish, new_schedule, pass_loops
 from psa_tvm.config import OpConfig
 
 _BANK_ROW_BYTES = 128  # 32 banks x 4 bytes
@@ -108,12 +107,7 @@ class Tiled(ScheduleRule):
               vec: int) -> PrimFunc:
         self.check_params(config, params)
         sch, name = new_schedule(func)
-        block = sch.get_sblock(FORWARD_BLOCK if pass_ == "forward" else BACKWARD_BLOCK)
-        loops = sch.get_loops(block)
-        if pass_ == "forward":
-            b, h, s, d, n = loops
-        else:
-            b, h, s, n, d = loops
+        block, b, h, s, d, n = pass_loops(sch, pass_)
         bhs = sch.fuse(b, h, s)
         n_tile, n_in = sch.split(n, [None, params.tile_n])
         sch.reorder(bhs, n_tile, n_in, d)
