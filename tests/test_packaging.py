@@ -1,0 +1,21 @@
+"""The distribution ships every subpackage and the tuned tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_subpackage_and_the_schedules_are_listed_in_pyproject():
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts)
+               for p in (ROOT / "psa_tvm").rglob("__init__.py")}
+    assert on_disk <= listed, f"not packaged: {sorted(on_disk - listed)}"
+    assert config["package-dir"]["psa_tvm.schedules"] == "schedules"
+    assert "*.json" in config["package-data"]["psa_tvm.schedules"]
+    assert (ROOT / "schedules" / "sm_90.json").is_file()
