@@ -87,6 +87,29 @@ def _compile_nvcc(nvcc: str, source: Path, stem: Path, archs: list[str]) -> Comp
     )
 
 
+def cuda_include_dirs() -> list[str]:
+    """Header directories NVRTC needs (CUDA headers and CCCL, which TVM's source includes):
+    ``$CUDA_HOME``/``$CUDA_PATH``, /usr/local/cuda, then pip's ``nvidia-*`` wheels."""
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    found: list[str] = []
+    for root in filter(None, roots):
+        for sub in ("include", "targets/x86_64-linux/include", "targets/sbsa-linux/include"):
+            for candidate in (Path(root, sub), Path(root, sub, "cccl")):
+                if candidate.is_dir() and str(candidate) not in found:
+                    found.append(str(candidate))
+    try:
+        import nvidia  # namespace package of NVIDIA's CUDA wheels
+
+        for base in nvidia.__path__:
+            for candidate in sorted(Path(base).glob("**/include")):
+                for path in (candidate, candidate / "cccl"):
+                    if path.is_dir() and str(path) not in found:
+                        found.append(str(path))
+    except ImportError:
+        pass
+    return found
+
+
 def _compile_nvrtc(source: Path, stem: Path, archs: list[str]) -> CompiledBinaries:
     try:
         from cuda.bindings import nvrtc
@@ -106,7 +129,8 @@ def _compile_nvrtc(source: Path, stem: Path, archs: list[str]) -> CompiledBinari
     result = CompiledBinaries(compiler="nvrtc")
     for arch in archs:
         program = check(nvrtc.nvrtcCreateProgram(text, source.name.encode(), 0, [], []))
-        opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17", b"--ptxas-options=-v"]
+        opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17", b"--ptxas-options=-v",
+                *(f"-I{d}".encode() for d in cuda_include_dirs())]
         err, = nvrtc.nvrtcCompileProgram(program, len(opts), opts)
         log_size = check(nvrtc.nvrtcGetProgramLogSize(program))
         log = b" " * log_size
