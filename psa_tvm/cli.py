@@ -69,8 +69,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     bwd_us = _timed(lambda: (merge_backward(grad, nh, kd), sync()))
     print(f"psa-tvm demo on {device} ({config.tag})")
     print(f"  lo, hi   : {list(lo.shape)} {config.dtype}")
-    print(f"  merged   : {list(merged.shape)}   forward  exact: {ok_fwd}   {fwd_us:9.1f} us")
-    print(f"  d_lo,d_hi: {list(d_lo.shape)}   backward exact: {ok_bwd}   {bwd_us:9.1f} us")
+    print(f"  merged   : {list(merged.shape)}   forward  exact: {ok_fwd}   {fwd_us:9.1f} us wall")
+    print(f"  d_lo,d_hi: {list(d_lo.shape)}   backward exact: {ok_bwd}   {bwd_us:9.1f} us wall")
     print(f"  first call (build or load included): {first_call:.2f} s")
     where = default_artifacts_dir() if device == "cuda" else cache_dir() / "cpu"
     print(f"  artifacts: {where}")

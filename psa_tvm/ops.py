@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 from psa_tvm.config import OpConfig
+from psa_tvm.runtime.memo import Memo
 from psa_tvm.runtime.tensors import CPU, CUDA, TensorInfo, tensor_info
 from psa_tvm.validation import (
     MergeDims,
@@ -34,11 +35,10 @@ def merge(lo: Any, hi: Any, num_heads: int, H: int, W: int, *, out: Any = None) 
     check_count("H", H, minimum=0)
     check_count("W", W, minimum=0)
     lo_info, hi_info = tensor_info(lo, "lo"), tensor_info(hi, "hi")
-    key = (_signature(lo_info), _signature(hi_info), num_heads, H, W)
+    key = (lo_info.signature(), hi_info.signature(), num_heads, H, W)
     dims = _FORWARD_DIMS.get(key)
     if dims is None:
-        dims = _remember(_FORWARD_DIMS, key,
-                         check_forward_inputs(lo_info, hi_info, num_heads, H, W))
+        dims = _FORWARD_DIMS.put(key, check_forward_inputs(lo_info, hi_info, num_heads, H, W))
     if out is None:  # fresh from the allocator: right by construction
         out = _empty_like(lo, dims.merged_shape)
         out_info = tensor_info(out, "out")
@@ -69,10 +69,10 @@ def merge_backward(d_merged: Any, num_heads: int, key_dim: int, *, d_lo: Any = N
     check_count("num_heads", num_heads)
     check_count("key_dim", key_dim)
     g_info = tensor_info(d_merged, "d_merged")
-    key = (_signature(g_info), num_heads, key_dim)
+    key = (g_info.signature(), num_heads, key_dim)
     dims = _BACKWARD_DIMS.get(key)
     if dims is None:
-        dims = _remember(_BACKWARD_DIMS, key, check_backward_input(g_info, num_heads, key_dim))
+        dims = _BACKWARD_DIMS.put(key, check_backward_input(g_info, num_heads, key_dim))
     outputs, infos = [], []
     for name, given in (("d_lo", d_lo), ("d_hi", d_hi)):
         if given is None:  # fresh from the allocator: right by construction
@@ -110,21 +110,8 @@ def _runtime_op(key_dim: int, num_heads: int, dtype: str):
 
 
 # Validation depends only on geometry, dtype, device and alignment: remember what passed.
-_FORWARD_DIMS: dict[tuple, MergeDims] = {}
-_BACKWARD_DIMS: dict[tuple, MergeDims] = {}
-_REMEMBERED = 4096
-
-
-def _signature(info: TensorInfo) -> tuple:
-    return (info.shape, info.strides, info.dtype, info.device, info.device_index,
-            info.ptr & 15)
-
-
-def _remember(cache: dict, key: tuple, dims: MergeDims) -> MergeDims:
-    if len(cache) >= _REMEMBERED:
-        cache.clear()
-    cache[key] = dims
-    return dims
+_FORWARD_DIMS = Memo()
+_BACKWARD_DIMS = Memo()
 
 
 def _five(dims: MergeDims) -> tuple[int, ...]:

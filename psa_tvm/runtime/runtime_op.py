@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from psa_tvm.config import INT32_MAX, OpConfig
 from psa_tvm.runtime.manifest import BuildSpec, KernelSpec, Manifest
+from psa_tvm.runtime.memo import Memo
 from psa_tvm.runtime.tensors import CUDA, TensorInfo, tensor_info
 from psa_tvm.runtime.tuned import DEFAULT_SCHEDULE, tuned_entry
 from psa_tvm.validation import (
@@ -132,8 +133,8 @@ class PsaMergeAttnRuntimeOp:
         root = Path(artifacts) if artifacts is not None else default_artifacts_dir()
         self._builds = {p: self._find_build(root, artifacts is None, tuned[p])
                         for p in ("forward", "backward")}
-        self._plans: dict[tuple, tuple] = {}
-        self._checked: dict[tuple, _Launch] = {}
+        self._plans = Memo()  # (pass, B, N, index dtype, aligned) -> kernel, grid, block, symbols
+        self._checked = Memo()  # call signature -> validated, pre-packed launch
 
     @classmethod
     def for_build(cls, build: BuildSpec, arch: str = "sm_90") -> PsaMergeAttnRuntimeOp:
@@ -141,7 +142,7 @@ class PsaMergeAttnRuntimeOp:
         op = cls.__new__(cls)
         op.config, op.arch, op.schedule = build.config, arch, build.schedule
         op._builds = {"forward": build, "backward": build}
-        op._plans, op._checked = {}, {}
+        op._plans, op._checked = Memo(), Memo()
         return op
 
     # ----------------------------------------------------------------- artifact lookup
@@ -343,7 +344,7 @@ class PsaMergeAttnRuntimeOp:
                         f"shape: B={dims.batch}, N={dims.n} needs grid[{axis}]={size}, past the "
                         f"CUDA limit {limit} for schedule {build.schedule!r}"
                     )
-            cached = self._plans[key] = (kernel, grid, block, symbols)
+            cached = self._plans.put(key, (kernel, grid, block, symbols))
         kernel, grid, block, symbols = cached
         args = tuple(
             ("ptr", p["name"], tensors[p["tensor"]].ptr if p["tensor"] in tensors else 0)
@@ -390,21 +391,17 @@ class PsaMergeAttnRuntimeOp:
                                  "launch with tensors")
             if info.device != CUDA:
                 raise ValueError(f"{name}: expected a CUDA tensor, got one on {info.device}")
-        launch = _Launch(plan, self.arch)
-        self._checked[key] = launch
-        return launch
+        return self._checked.put(key, _Launch(plan))
 
 
 def _signature(infos: dict[str, TensorInfo]) -> tuple:
-    """Everything validation looks at except the addresses (their low bits stand in)."""
-    return tuple((i.shape, i.strides, i.dtype, i.device, i.device_index, i.ptr & 15)
-                 for i in infos.values())
+    return tuple(info.signature() for info in infos.values())
 
 
 class _Launch:
     """A validated launch: kernel loaded, arguments pre-packed; only pointers change per call."""
 
-    def __init__(self, plan: LaunchPlan, arch: str) -> None:
+    def __init__(self, plan: LaunchPlan) -> None:
         from psa_tvm.runtime.launcher import PackedArgs, shared_launcher
 
         self.empty = plan.grid[0] * plan.grid[1] * plan.grid[2] == 0 or any(
