@@ -81,8 +81,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             r = json.loads(line)
             done.add((r["source"], r["pass"], tuple(r["shape"])))
     timer = GpuTimer(reps=args.reps)
-    builds = [b for b in manifest.builds if b.schedule == "tiled"]
-    jobs = [(b, p, s) for b in builds for p in ("forward", "backward") for s in TUNE_SHAPES
+    shapes = _parse_shapes(args.shapes)
+    builds = [b for b in manifest.builds if b.schedule == "tiled"
+              and (not args.configs or b.config.tag in args.configs)]
+    jobs = [(b, p, s) for b in builds for p in ("forward", "backward") for s in shapes
             if (str(b.source.relative_to(root)), p, s) not in done]
     copy_us: dict[tuple, float] = {}
     with results_path.open("a") as sink:
@@ -93,6 +95,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             sink.flush()
     print(f"timed {len(jobs)} runs ({len(done)} already done) into {results_path}")
     return 0
+
+
+def _parse_shapes(text: str | None) -> tuple[tuple[int, int, int], ...]:
+    if not text:
+        return TUNE_SHAPES
+    return tuple(tuple(int(x) for x in part.split(",")) for part in text.split(";"))
 
 
 def time_candidate(timer, build, pass_: str, shape: tuple[int, int, int],
@@ -131,7 +139,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     for line in (root / RESULTS).read_text().splitlines():
         r = json.loads(line)
         build = by_source.get(r["source"])
-        if build is None:
+        if build is None or tuple(r["shape"]) not in TUNE_SHAPES:
             continue
         c = build.config
         key = (r["pass"], c.dtype, c.key_dim, c.num_heads)
@@ -176,6 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="time the candidates (GPU host; resumable)")
     run.add_argument("--artifacts", default=".tune")
     run.add_argument("--reps", type=int, default=30)
+    run.add_argument("--shapes", default=None, metavar="B,H,W;B,H,W",
+                     help="time these shapes instead of the tuning shapes (for studies; "
+                          "`select` only uses the tuning shapes)")
+    run.add_argument("--configs", nargs="+", default=None, metavar="TAG",
+                     help="only these configurations, e.g. kd32_nh4_float32")
     run.set_defaults(func=cmd_run)
     select = sub.add_parser("select", help="write schedules/<arch>.json from the timings")
     select.add_argument("--artifacts", default=".tune")
