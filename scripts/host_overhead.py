@@ -53,11 +53,11 @@ def main() -> int:
         "  lo.new_empty": lambda: lo.new_empty(out.shape),
     }
     launcher = launch.launcher
-    print(f"direct cuLaunchKernel entry point in use: {launcher._direct is not None}")
     parts["  CudaLauncher.launch (context check + launch)"] = lambda: launcher.launch(
         launch.func, launch.plan.grid, launch.plan.block, 0, stream, launch.args, 0)
     for name, fn in {**paths, **parts}.items():
-        print(f"{name:30s} {host_us_per_call(fn):7.2f} us/call")
+        print(f"{name:45s} {host_us_per_call(fn):7.2f} us/call")
+
     if args.profile:
         fn = paths["psa_tvm.torch.merge_attn"]
         profile = cProfile.Profile()

@@ -90,40 +90,15 @@ class PackedArgs:
         return ctypes.addressof(self._array)
 
 
-_LAUNCH_PROTOTYPE = ctypes.CFUNCTYPE(
-    ctypes.c_int,  # CUresult
-    ctypes.c_void_p,  # CUfunction
-    *([ctypes.c_uint] * 7),  # grid x, y, z; block x, y, z; dynamic shared memory bytes
-    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,  # stream, kernelParams, extra
-)
-
-
-def _direct_launch(driver):
-    """``cuLaunchKernel`` itself, located through cuda-python's ``cuGetProcAddress``.
-
-    cuda-python's Python-level wrapper costs several microseconds per launch converting its
-    arguments; the launch is the one call on the hot path, so it goes straight to the driver
-    entry point. ``None`` (falling back to the wrapper) where the lookup is not available.
-    """
-    try:
-        flags = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
-        result = driver.cuGetProcAddress(b"cuLaunchKernel", 12000, flags)
-        if result[0] != driver.CUresult.CUDA_SUCCESS or not int(result[1]):
-            return None
-        return _LAUNCH_PROTOTYPE(int(result[1]))
-    except Exception:  # older or newer bindings with another signature: use the wrapper
-        return None
-
-
 class CudaLauncher:
     """Loads binaries per device (primary context) and launches their kernels."""
 
     def __init__(self) -> None:
         self._driver = _driver()
         check(self._driver.cuInit(0), "cuInit")
-        self._direct = _direct_launch(self._driver)
         self._lock = threading.Lock()
         self._contexts: dict[int, Any] = {}
+        self._context_handles: dict[int, int] = {}
         self._modules: dict[tuple[int, Path], Any] = {}
         self._functions: dict[tuple[int, Path, str], Any] = {}
         self._archs: dict[int, str] = {}
@@ -141,6 +116,7 @@ class CudaLauncher:
             device = check(self._driver.cuDeviceGet(device_index), "cuDeviceGet")
             ctx = check(self._driver.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
             self._contexts[device_index] = ctx
+            self._context_handles[device_index] = int(ctx)
         return ctx
 
     def function(self, binary: Path, entry: str, device_index: int):
@@ -167,22 +143,17 @@ class CudaLauncher:
     def launch(self, func, grid: tuple[int, ...], block: tuple[int, ...], shared_bytes: int,
                stream: int, args: PackedArgs, device_index: int) -> None:
         """Launch ``func`` on ``stream`` (a raw ``CUstream`` handle, 0 for the legacy stream)."""
-        ctx = self._contexts.get(device_index) or self._context(device_index)
+        ctx = self._context_handles.get(device_index) or int(self._context(device_index))
         current = check(self._driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
-        if int(current) == int(ctx):  # the usual case: torch made this device current
+        if int(current) == ctx:  # the usual case: torch made this device current
             self._launch(func, grid, block, shared_bytes, stream, args)
             return
         with self.current(device_index):
             self._launch(func, grid, block, shared_bytes, stream, args)
 
     def _launch(self, func, grid, block, shared_bytes, stream, args: PackedArgs) -> None:
-        if self._direct is None:
-            check(self._driver.cuLaunchKernel(func, *grid, *block, shared_bytes, stream,
-                                              args.address, 0), "cuLaunchKernel")
-            return
-        err = self._direct(int(func), *grid, *block, shared_bytes, stream, args.address, None)
-        if err:
-            check((self._driver.CUresult(err),), "cuLaunchKernel")
+        check(self._driver.cuLaunchKernel(func, *grid, *block, shared_bytes, stream,
+                                          args.address, 0), "cuLaunchKernel")
 
 
 class _CurrentContext:
