@@ -152,11 +152,15 @@ class PsaMergeAttnRuntimeOp:
             build = Manifest.load(root).find(self.config, self.schedule, params)
             if not may_build or params is None or build.schedule_params == params:
                 return build
-        except (FileNotFoundError, LookupError):
+        except (FileNotFoundError, LookupError) as missing:
             if not may_build:
                 raise
-        from psa_tvm.build.ondemand import build_missing  # needs TVM
-
+            try:
+                from psa_tvm.build.ondemand import build_missing  # needs TVM
+            except ImportError as err:
+                raise LookupError(f"{missing}; building it here needs TVM ({err})") from err
+        else:
+            from psa_tvm.build.ondemand import build_missing  # tuned build missing: needs TVM
         build_missing(root, self.config, self.schedule, params)
         return Manifest.load(root).find(self.config, self.schedule, params)
 
