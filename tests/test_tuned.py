@@ -61,10 +61,10 @@ def test_runtime_op_uses_the_tuned_entry_by_default(tmp_path):
 
 
 def test_untuned_configuration_falls_back_to_the_rule_default(tmp_path):
-    config = OpConfig(16, 3, "float32")
+    config = OpConfig(24, 5, "float32")  # a key_dim no preset or tuning run uses
     assert tuned_entry(ARCH, "forward", config) is None
-    assert cli(["build", "--key-dim", "16", "--num-heads", "3", "--dtype", "float32",
+    assert cli(["build", "--key-dim", "24", "--num-heads", "5", "--dtype", "float32",
                 "--schedule", "tiled", "--arch", ARCH, "-o", str(tmp_path), "-q"]) == 0
-    op = PsaMergeAttnRuntimeOp(16, 3, "float32", artifacts=tmp_path, arch=ARCH)
+    op = PsaMergeAttnRuntimeOp(24, 5, "float32", artifacts=tmp_path, arch=ARCH)
     default = get_rule("tiled").default_params(config)
     assert op._builds["forward"].schedule_params == params_as_dict(default)

@@ -156,16 +156,24 @@ def cmd_select(args: argparse.Namespace) -> int:
                         "params": by_source[best].schedule_params,
                         "fraction_of_copy": round(fraction, 4),
                         "candidates": len(complete)})
-    table = {"arch": args.arch, "generated_by": "scripts/tune.py select",
-             "tune_shapes": [list(s) for s in TUNE_SHAPES], "entries": entries}
     out = Path(args.output or Path(__file__).resolve().parents[2] / "schedules" /
                f"{args.arch}.json")
+    if args.update and out.exists():  # keep what earlier runs tuned for other configurations
+        fresh = {_entry_key(e) for e in entries}
+        kept = [e for e in json.loads(out.read_text())["entries"] if _entry_key(e) not in fresh]
+        entries = sorted(kept + entries, key=_entry_key)
+    table = {"arch": args.arch, "generated_by": "scripts/tune.py select",
+             "tune_shapes": [list(s) for s in TUNE_SHAPES], "entries": entries}
     out.write_text(json.dumps(table, indent=1) + "\n")
     for e in entries:
         print(f"{e['pass']:8s} {e['dtype']:8s} kd={e['key_dim']} nh={e['num_heads']}: "
               f"{e['fraction_of_copy']:.3f} of copy with {e['params']}")
     print(f"wrote {out}")
     return 0
+
+
+def _entry_key(entry: dict) -> tuple:
+    return (entry["pass"], entry["dtype"], entry["key_dim"], entry["num_heads"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     select.add_argument("--artifacts", default=".tune")
     select.add_argument("--arch", default="sm_90")
     select.add_argument("-o", "--output", default=None)
+    select.add_argument("--update", action="store_true",
+                        help="keep the output table's entries for configurations not timed here")
     select.set_defaults(func=cmd_select)
     args = parser.parse_args(argv)
     return args.func(args)
