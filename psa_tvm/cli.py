@@ -46,6 +46,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
                         and cuda_available()) else "cpu"
     if args.device == "cuda" and device != "cuda":
         print("psa-tvm demo: no usable CUDA GPU here, running on the CPU", file=sys.stderr)
+    if device == "cuda" and args.device is None:
+        try:  # the GPU path needs artifacts, or a CUDA compiler to build them now
+            from psa_tvm.ops import _runtime_op
+
+            _runtime_op(config.key_dim, config.num_heads, config.dtype)
+        except (LookupError, RuntimeError, ImportError, OSError) as err:
+            print(f"psa-tvm demo: cannot use the GPU ({err}); running on the CPU. Build "
+                  "artifacts with `psa-tvm build` (needs nvcc, or `pip install "
+                  "'psa-tvm[nvrtc]'`) and set PSA_TVM_ARTIFACTS.", file=sys.stderr)
+            device = "cpu"
     dtype = getattr(torch, config.dtype)
     B, H, W, nh, kd = args.batch, args.height, args.width, config.num_heads, config.key_dim
     gen = torch.Generator().manual_seed(0)
