@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
 import sys
@@ -56,6 +57,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
                   "artifacts with `psa-tvm build` (needs nvcc, or `pip install "
                   "'psa-tvm[nvrtc]'`) and set PSA_TVM_ARTIFACTS.", file=sys.stderr)
             device = "cpu"
+    if device == "cpu" and importlib.util.find_spec("tvm") is None:
+        print("psa-tvm demo: the CPU path runs the LLVM build of the op and needs TVM "
+              "(pip install 'apache-tvm>=0.27,<0.28')", file=sys.stderr)
+        return 2
     dtype = getattr(torch, config.dtype)
     B, H, W, nh, kd = args.batch, args.height, args.width, config.num_heads, config.key_dim
     gen = torch.Generator().manual_seed(0)
