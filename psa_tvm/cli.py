@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import itertools
 import json
@@ -213,8 +214,6 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser(name, add_help=False, help=f"see `psa-tvm {name} --help`")
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("bench", "tune"):  # these parse their own arguments
-        import importlib
-
         return importlib.import_module(f"psa_tvm.tools.{argv[0]}").main(argv[1:])
     args = parser.parse_args(argv)
     return args.func(args)

@@ -303,9 +303,8 @@ class PsaMergeAttnRuntimeOp:
             out = self._typed(tensor_info(output, "output"))
             check_output("output", out, dims.merged_shape if spatial else
                          (dims.batch, dims.channels, dims.n), "lo", lo)
-            check_no_overlap("output", out, "lo", lo)
-            check_no_overlap("output", out, "hi", hi)
             tensors["out"] = out
+            _check_disjoint("forward", tensors)
         return self._plan("forward", dims, tensors)
 
     def plan_backward(self, grad_output: Any, grad_inputs: Sequence[Any] | None = None
@@ -320,9 +319,8 @@ class PsaMergeAttnRuntimeOp:
             for key, name, obj in zip(("dlo", "dhi"), ("d_lo", "d_hi"), grad_inputs, strict=True):
                 info = self._typed(tensor_info(obj, name))
                 check_output(name, info, dims.half_shape, "d_merged", grad)
-                check_no_overlap(name, info, "d_merged", grad)
                 tensors[key] = info
-            check_no_overlap("d_hi", tensors["dhi"], "d_lo", tensors["dlo"])
+            _check_disjoint("backward", tensors)
         return self._plan("backward", dims, tensors)
 
     def _typed(self, info: TensorInfo) -> TensorInfo:
@@ -364,28 +362,27 @@ class PsaMergeAttnRuntimeOp:
                        spatial: tuple[int, int] | None = None) -> None:
         """Run the forward kernel on ``stream``; every check happens before the launch."""
         infos = {"lo": tensor_info(lo, "lo"), "hi": tensor_info(hi, "hi"),
-                 "out": tensor_info(out, "output")}
-        launch = self._checked.get(("forward", spatial, _signature(infos)))
-        if launch is None:
-            plan = self.plan_forward([infos["lo"], infos["hi"]], infos["out"], spatial)
-            launch = self._prepare(("forward", spatial, _signature(infos)), plan, infos)
-        else:  # same geometry as a validated call; only the addresses are new
-            check_no_overlap("output", infos["out"], "lo", infos["lo"])
-            check_no_overlap("output", infos["out"], "hi", infos["hi"])
-        launch(infos, stream)
+                 "out": tensor_info(out, _NAMES["out"])}
+        self._run("forward", spatial, infos, stream)
 
     def launch_backward(self, grad: Any, d_lo: Any, d_hi: Any, stream: int = 0) -> None:
         """Run the backward kernel on ``stream``; every check happens before the launch."""
-        infos = {"g": tensor_info(grad, "d_merged"), "dlo": tensor_info(d_lo, "d_lo"),
-                 "dhi": tensor_info(d_hi, "d_hi")}
-        launch = self._checked.get(("backward", None, _signature(infos)))
+        infos = {"g": tensor_info(grad, _NAMES["g"]), "dlo": tensor_info(d_lo, _NAMES["dlo"]),
+                 "dhi": tensor_info(d_hi, _NAMES["dhi"])}
+        self._run("backward", None, infos, stream)
+
+    def _run(self, pass_: str, spatial: tuple[int, int] | None,
+             infos: dict[str, TensorInfo], stream: int) -> None:
+        key = (pass_, spatial, tuple(info.signature() for info in infos.values()))
+        launch = self._checked.get(key)
         if launch is None:
-            plan = self.plan_backward(infos["g"], [infos["dlo"], infos["dhi"]])
-            launch = self._prepare(("backward", None, _signature(infos)), plan, infos)
-        else:
-            check_no_overlap("d_lo", infos["dlo"], "d_merged", infos["g"])
-            check_no_overlap("d_hi", infos["dhi"], "d_merged", infos["g"])
-            check_no_overlap("d_hi", infos["dhi"], "d_lo", infos["dlo"])
+            if pass_ == "forward":
+                plan = self.plan_forward([infos["lo"], infos["hi"]], infos["out"], spatial)
+            else:
+                plan = self.plan_backward(infos["g"], [infos["dlo"], infos["dhi"]])
+            launch = self._prepare(key, plan, infos)
+        else:  # same geometry as a validated call; only the addresses are new
+            _check_disjoint(pass_, infos)
         launch(infos, stream)
 
     def _prepare(self, key: tuple, plan: LaunchPlan, infos: dict[str, TensorInfo]) -> _Launch:
@@ -398,8 +395,17 @@ class PsaMergeAttnRuntimeOp:
         return self._checked.put(key, _Launch(plan))
 
 
-def _signature(infos: dict[str, TensorInfo]) -> tuple:
-    return tuple(info.signature() for info in infos.values())
+# Argument names in errors, and the (output, other) pairs that must not share memory: the
+# kernels read and write in one pass.
+_NAMES = {"lo": "lo", "hi": "hi", "out": "output", "g": "d_merged", "dlo": "d_lo",
+          "dhi": "d_hi"}
+_DISJOINT = {"forward": (("out", "lo"), ("out", "hi")),
+             "backward": (("dlo", "g"), ("dhi", "g"), ("dhi", "dlo"))}
+
+
+def _check_disjoint(pass_: str, infos: dict[str, TensorInfo]) -> None:
+    for a, b in _DISJOINT[pass_]:
+        check_no_overlap(_NAMES[a], infos[a], _NAMES[b], infos[b])
 
 
 class _Launch:
