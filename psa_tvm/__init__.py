@@ -1,8 +1,8 @@
 """psa-tvm: the YOLO PSA attention-merge op, compiled ahead of time with TVM.
 
-Two halves: :mod:`psa_tvm.build` (needs TVM: TensorIR, schedules, CUDA/LLVM builds) and
-:mod:`psa_tvm.runtime` (needs no TVM: manifest, RuntimeOp, CUDA launcher). Importing this
-package imports neither TVM nor torch.
+Two halves: :mod:`psa_tvm.compiler` (needs TVM: TensorIR, schedules, CUDA/LLVM builds into
+artifact directories) and :mod:`psa_tvm.runtime` (no TVM: manifest, kernel choice, RuntimeOp,
+launchers, CPU libraries through tvm_ffi). Importing this package imports neither TVM nor torch.
 """
 
 from __future__ import annotations
@@ -12,14 +12,18 @@ from typing import Any
 
 from psa_tvm._version import __version__
 from psa_tvm.config import OpConfig
+from psa_tvm.errors import ArtifactNotFoundError
 from psa_tvm.ops import merge, merge_backward
-from psa_tvm.runtime.runtime_op import ArgVisitor, PsaMergeAttnRuntimeOp, RecordingVisitor
+from psa_tvm.runtime.protocol import ArgVisitor, RecordingVisitor, RuntimeOp
+from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
 
 __all__ = [
     "ArgVisitor",
+    "ArtifactNotFoundError",
     "OpConfig",
     "PsaMergeAttnRuntimeOp",
     "RecordingVisitor",
+    "RuntimeOp",
     "__version__",
     "merge",
     "merge_backward",

@@ -13,9 +13,6 @@ import time
 
 from psa_tvm.config import DTYPE_ITEMSIZE, OpConfig
 
-#: YOLO11s/m/l C2PSA at 640 px: 256 channels, 4 heads of head_dim 64, key_dim = 64 / 2.
-DEFAULT_CONFIG = OpConfig(key_dim=32, num_heads=4, dtype="float32")
-
 
 def _add_config_args(parser: argparse.ArgumentParser, many: bool = False) -> None:
     nargs = "+" if many else None
@@ -40,28 +37,30 @@ def cmd_demo(args: argparse.Namespace) -> int:
     import torch
 
     from psa_tvm import merge, merge_backward, reference
-    from psa_tvm.runtime.launcher import cuda_available
-    from psa_tvm.runtime.runtime_op import cache_dir, default_artifacts_dir
+    from psa_tvm.errors import ArtifactNotFoundError
+    from psa_tvm.runtime import env
 
     config = OpConfig(args.key_dim, args.num_heads, args.dtype)
-    device = "cuda" if (args.device in (None, "cuda") and torch.cuda.is_available()
-                        and cuda_available()) else "cpu"
+    device = "cuda" if args.device in (None, "cuda") and torch.cuda.is_available() else "cpu"
     if args.device == "cuda" and device != "cuda":
         print("psa-tvm demo: no usable CUDA GPU here, running on the CPU", file=sys.stderr)
     if device == "cuda" and args.device is None:
-        try:  # the GPU path needs artifacts, or a CUDA compiler to build them now
+        try:  # the GPU path needs artifacts, or the compiler to build them now
             from psa_tvm.ops import _runtime_op
 
             _runtime_op(config.key_dim, config.num_heads, config.dtype)
-        except (LookupError, RuntimeError, ImportError, OSError) as err:
-            print(f"psa-tvm demo: cannot use the GPU ({err}); running on the CPU. Build "
-                  "artifacts with `psa-tvm build` (needs nvcc, or `pip install "
-                  "'psa-tvm[nvrtc]'`) and set PSA_TVM_ARTIFACTS.", file=sys.stderr)
+        except (ArtifactNotFoundError, ImportError, RuntimeError) as err:
+            print(f"psa-tvm demo: cannot use the GPU ({err}); running on the CPU.",
+                  file=sys.stderr)
             device = "cpu"
-    if device == "cpu" and importlib.util.find_spec("tvm") is None:
-        print("psa-tvm demo: the CPU path runs the LLVM build of the op and needs TVM "
-              "(pip install 'apache-tvm>=0.27,<0.28')", file=sys.stderr)
-        return 2
+    if device == "cpu":
+        try:
+            from psa_tvm.runtime.cpu import cpu_kernels
+
+            cpu_kernels(config)
+        except ArtifactNotFoundError as err:
+            print(f"psa-tvm demo: {err}", file=sys.stderr)
+            return 2
     dtype = getattr(torch, config.dtype)
     B, H, W, nh, kd = args.batch, args.height, args.width, config.num_heads, config.key_dim
     gen = torch.Generator().manual_seed(0)
@@ -88,24 +87,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"  merged   : {list(merged.shape)}   forward  exact: {ok_fwd}   {fwd_us:9.1f} us wall")
     print(f"  d_lo,d_hi: {list(d_lo.shape)}   backward exact: {ok_bwd}   {bwd_us:9.1f} us wall")
     print(f"  first call (build or load included): {first_call:.2f} s")
-    where = default_artifacts_dir() if device == "cuda" else cache_dir() / "cpu"
-    print(f"  artifacts: {where}")
+    print(f"  artifacts: {env.default_artifacts_dir()}")
     return 0 if ok_fwd and ok_bwd else 1
 
 
 def _requests(args: argparse.Namespace, schedules: list[str]):
-    from psa_tvm.build.artifact import BuildRequest
-    from psa_tvm.build.rules import get_rule
+    from psa_tvm.compiler.artifact import BuildRequest
+    from psa_tvm.compiler.rules import get_rule
     from psa_tvm.runtime.tuned import tuned_entry
 
-    if args.preset:
-        from psa_tvm.presets import PRESETS
-
-        configs = [c for name in args.preset for c in PRESETS[name]]
-    else:
-        configs = [OpConfig(kd, nh, dtype) for kd, nh, dtype
-                   in itertools.product(args.key_dim, args.num_heads, args.dtype)]
-    for config, schedule in itertools.product(configs, schedules):
+    for config, schedule in itertools.product(_configs(args), schedules):
         rule = get_rule(schedule)
         yield BuildRequest(config, schedule)
         for arch in args.arch:
@@ -115,27 +106,52 @@ def _requests(args: argparse.Namespace, schedules: list[str]):
                     yield BuildRequest(config, schedule, rule.params_from_dict(tuned["params"]))
 
 
+def _configs(args: argparse.Namespace) -> list[OpConfig]:
+    if args.preset:
+        from psa_tvm.presets import PRESETS
+
+        return list(dict.fromkeys(c for name in args.preset for c in PRESETS[name]))
+    return [OpConfig(kd, nh, dtype) for kd, nh, dtype
+            in itertools.product(args.key_dim, args.num_heads, args.dtype)]
+
+
 def cmd_build(args: argparse.Namespace) -> int:
-    from psa_tvm.build.artifact import build_artifacts
-    from psa_tvm.build.rules import RULES
+    _require_compiler("psa-tvm build")
+    from psa_tvm.compiler.artifact import build_artifacts
+    from psa_tvm.compiler.rules import RULES
 
     schedules = args.schedule or sorted(RULES)
-    requests = list(dict.fromkeys(_requests(args, schedules)))
+    requests = list(dict.fromkeys(_requests(args, schedules))) if "cuda" in args.target else []
+    cpu_configs = _configs(args) if "cpu" in args.target else []
     path = build_artifacts(requests, args.output, args.arch, jobs=args.jobs,
-                           compiler=args.compiler, progress=not args.quiet)
-    print(f"wrote {len(requests)} builds for {args.arch} to {path}")
+                           compiler=args.compiler, progress=not args.quiet,
+                           cpu_configs=cpu_configs)
+    print(f"wrote {len(requests)} GPU builds for {args.arch} and {len(cpu_configs)} CPU "
+          f"libraries to {path}")
     return 0
 
 
+def _require_compiler(command: str) -> None:
+    """Exit with what to install when the compiler half (TVM) is missing."""
+    try:
+        missing = importlib.util.find_spec("tvm") is None
+    except ImportError:  # a finder that refuses it: not importable either
+        missing = True
+    if missing:
+        raise SystemExit(f"{command} needs the compiler (Apache TVM): "
+                         "pip install 'psa-tvm[compiler]'")
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from psa_tvm.build.compute import merge_backward, merge_forward
+    _require_compiler("psa-tvm inspect")
+    from psa_tvm.compiler.compute import merge_backward, merge_forward
 
     config = OpConfig(args.key_dim, args.num_heads, args.dtype)
     if args.schedule is None:
         print(merge_forward(config).script())
         print(merge_backward(config).script())
         return 0
-    from psa_tvm.build.artifact import BuildRequest, build_artifacts
+    from psa_tvm.compiler.artifact import BuildRequest, build_artifacts
     from psa_tvm.runtime.manifest import Manifest
     from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
 
@@ -154,9 +170,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         for pass_, plan in plans.items():
             kernel = plan.kernel
             print(f"\n## {pass_} for B={batch}, H={height}, W={width}: {kernel.entry}")
-            print(f"   variant     : vec={kernel.vec} {kernel.index_dtype}")
+            print(f"   variant     : vec={kernel.vec} vec_kd={kernel.vec_kd} "
+                  f"{kernel.index_dtype}")
             print("   parameters  : " + ", ".join(
-                f"{p['name']}:{p['type']}" + (f"<-{p['tensor']}" if "tensor" in p else "")
+                f"{p.name}:{p.kind}" + (f"<-{p.tensor}" if p.tensor else "")
                 for p in kernel.params))
             print(f"   grid        : {list(kernel.grid)} = {list(plan.grid)}")
             print(f"   block       : {list(kernel.block)} = {list(plan.block)}")
@@ -173,13 +190,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    from psa_tvm.build.nvcc import DEFAULT_ARCHS
+_TOOLS = {"bench": "benchmark against copy, eager and torch.compile (GPU host)",
+          "tune": "tune schedule parameters: build | run | select"}
 
+
+def main(argv: list[str] | None = None) -> int:
+    from psa_tvm.runtime.env import DEFAULT_ARCH, DEFAULT_ARCHS
+
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="psa-tvm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="build, run and check the op for a YOLO configuration")
+    demo = sub.add_parser("demo", help="run and check the op for a YOLO configuration")
     _add_config_args(demo)
     demo.add_argument("--batch", type=int, default=1)
     demo.add_argument("--height", type=int, default=20)
@@ -187,10 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--device", choices=["cpu", "cuda"], default=None)
     demo.set_defaults(func=cmd_demo)
 
-    build = sub.add_parser("build", help="build CUDA artifacts (cubin/fatbin + manifest)")
+    build = sub.add_parser("build", help="build artifacts: GPU kernels (fatbin) and CPU "
+                                         "libraries, with their manifest (needs the compiler)")
     _add_config_args(build, many=True)
     build.add_argument("--preset", nargs="+", choices=["tests", "yolo11"], default=None,
                        help="named config sets (instead of --key-dim/--num-heads/--dtype)")
+    build.add_argument("--target", nargs="+", choices=["cuda", "cpu"], default=["cuda", "cpu"])
     build.add_argument("--arch", nargs="+", default=list(DEFAULT_ARCHS))
     build.add_argument("--schedule", nargs="+", default=None, help="default: every rule")
     build.add_argument("-o", "--output", required=True)
@@ -205,16 +229,18 @@ def main(argv: list[str] | None = None) -> int:
                          help="without it: the TensorIR; with it: that schedule's kernels")
     inspect.add_argument("--shape", type=int, nargs=3, default=(1, 20, 20),
                          metavar=("B", "H", "W"))
-    inspect.add_argument("--arch", default="sm_90")
+    inspect.add_argument("--arch", default=DEFAULT_ARCH)
     inspect.add_argument("--show", nargs="+", default=["cuda", "resources"],
                          choices=["cuda", "resources", "launch"])
     inspect.set_defaults(func=cmd_inspect)
 
-    for name in ("bench", "tune"):
-        sub.add_parser(name, add_help=False, help=f"see `psa-tvm {name} --help`")
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ("bench", "tune"):  # these parse their own arguments
-        return importlib.import_module(f"psa_tvm.tools.{argv[0]}").main(argv[1:])
+    for name, summary in _TOOLS.items():
+        tool = sub.add_parser(name, help=summary)
+        if argv and argv[0] == name:  # the tool's own arguments (importing it costs torch)
+            module = importlib.import_module(f"psa_tvm.tools.{name}")
+            module.add_arguments(tool)
+            if hasattr(module, "run_command"):  # else its subcommands set func
+                tool.set_defaults(func=module.run_command)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -1,8 +1,9 @@
 """``merge`` and ``merge_backward``: the op as plain functions, dispatching on the device.
 
-CPU tensors (torch or numpy) run the LLVM build of the TensorIR (needs TVM); CUDA tensors run
-the prebuilt kernels through the CUDA driver (needs cuda-python, not TVM). Outputs may be passed
-in (``out=``, ``d_lo=``/``d_hi=``); otherwise they are allocated like the input.
+CPU tensors (torch or numpy) run the LLVM build of the TensorIR, CUDA tensors the prebuilt
+kernels; neither needs TVM at run time, only the artifacts that ``psa-tvm build`` writes.
+Outputs may be passed in (``out=``, ``d_lo=``/``d_hi=``); otherwise they are allocated like the
+input.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from functools import lru_cache
 from typing import Any
 
 from psa_tvm.config import OpConfig
+from psa_tvm.runtime.cpu import cpu_kernels
 from psa_tvm.runtime.memo import Memo
 from psa_tvm.runtime.tensors import CPU, CUDA, TensorInfo, tensor_info
-from psa_tvm.validation import (
+from psa_tvm.runtime.validation import (
     MergeDims,
     check_backward_input,
     check_count,
@@ -53,8 +55,6 @@ def merge(lo: Any, hi: Any, num_heads: int, H: int, W: int, *, out: Any = None) 
         _runtime_op(dims.key_dim, num_heads, lo_info.dtype).launch_forward(
             lo_info, hi_info, out_info, _current_stream(lo_info), (H, W))
     elif lo_info.device == CPU:
-        from psa_tvm.build.cpu import cpu_kernels
-
         out5 = _reshape(out, (dims.batch, num_heads, 2, dims.key_dim, dims.n))
         cpu_kernels(OpConfig(dims.key_dim, num_heads, lo_info.dtype)).forward(lo, hi, out5,
                                                                               dims.n)
@@ -93,8 +93,6 @@ def merge_backward(d_merged: Any, num_heads: int, key_dim: int, *, d_lo: Any = N
         _runtime_op(key_dim, num_heads, g_info.dtype).launch_backward(
             g_info, infos[0], infos[1], _current_stream(g_info))
     elif g_info.device == CPU:
-        from psa_tvm.build.cpu import cpu_kernels
-
         g5 = _reshape(d_merged, _five(dims))
         cpu_kernels(OpConfig(key_dim, num_heads, g_info.dtype)).backward(g5, d_lo, d_hi, dims.n)
     else:

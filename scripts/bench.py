@@ -1,9 +1,6 @@
-"""`psa-tvm bench` as a script: see psa_tvm/tools/bench.py."""
+"""`psa-tvm bench` from a checkout: the same arguments (psa_tvm/tools/bench.py defines them)."""
 
-import os
 import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from psa_tvm.tools.bench import main
 

@@ -26,7 +26,7 @@ CONFIGS = ((8, 1), (32, 4), (128, 8))
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--artifacts", default=os.environ.get("PSA_TVM_ARTIFACTS", ".artifacts"))
-    parser.add_argument("--schedules", nargs="+", default=["seed", "tiled"])
+    parser.add_argument("--schedules", nargs="+", default=["rowwise", "tiled"])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float16", "bfloat16"])
     parser.add_argument("--shapes", default=None, help="B,H,W;B,H,W (default: the tail sweep)")
     args = parser.parse_args()

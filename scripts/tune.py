@@ -1,9 +1,6 @@
-"""`psa-tvm tune` as a script: see psa_tvm/tools/tune.py."""
+"""`psa-tvm tune` from a checkout: the same arguments (psa_tvm/tools/tune.py defines them)."""
 
-import os
 import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from psa_tvm.tools.tune import main
 

@@ -1,5 +1,10 @@
-"""Shared fixtures. GPU tests (``@pytest.mark.gpu``) skip unless a CUDA GPU, cuda-python and an
-artifact directory (``$PSA_TVM_ARTIFACTS``, built by ``psa-tvm build``) are all present."""
+"""Shared fixtures.
+
+GPU tests (``@pytest.mark.gpu``) skip unless a CUDA GPU, cuda-python and an artifact directory
+(``$PSA_TVM_ARTIFACTS``, built by ``psa-tvm build``) are all present; they use ``gpu_artifacts``.
+CPU tests that need a manifest (planning, validation, packing, the TVM-free run time) use
+``small_artifacts``, built once per session here (needs TVM and nvcc).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from psa_tvm.config import OpConfig
+
+#: What ``small_artifacts`` holds: (config, GPU schedules); CPU libraries for each config too.
+SMALL_BUILDS = ((OpConfig(32, 4, "float16"), ("rowwise", "tiled")),
+                (OpConfig(32, 4, "float32"), ("tiled",)))
+SMALL_ARCHS = ("sm_90",)
 
 
 def _gpu_skip_reason() -> str | None:
@@ -33,12 +45,26 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 @pytest.fixture
-def artifacts() -> Path:
+def gpu_artifacts() -> Path:
+    """The artifact directory GPU tests run from (``$PSA_TVM_ARTIFACTS``)."""
     return Path(os.environ["PSA_TVM_ARTIFACTS"])
+
+
+@pytest.fixture(scope="session")
+def small_artifacts(tmp_path_factory) -> Path:
+    """A small artifact directory (sm_90 GPU builds + CPU libraries) of ``SMALL_BUILDS``."""
+    from psa_tvm.compiler.artifact import BuildRequest, build_artifacts
+
+    out = tmp_path_factory.mktemp("small_artifacts")
+    requests = [BuildRequest(config, schedule)
+                for config, schedules in SMALL_BUILDS for schedule in schedules]
+    build_artifacts(requests, out, list(SMALL_ARCHS),
+                    cpu_configs=[config for config, _ in SMALL_BUILDS])
+    return out
 
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch) -> None:
-    """CPU builds go to one per-session cache; never the user's."""
+    """On-demand builds go to one per-session cache; never the user's."""
     if "PSA_TVM_CACHE" not in os.environ:
         monkeypatch.setenv("PSA_TVM_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))

@@ -6,12 +6,14 @@ from dataclasses import dataclass
 
 import torch
 
+from psa_tvm.config import DTYPE_ITEMSIZE
+
 _BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 # NaN payloads no input or correct output contains.
 _POISON = {torch.float32: 0x7FC0DEAD, torch.float16: 0x7E5A, torch.bfloat16: 0x7FDA}
 CANARY = 64  # elements of poison before and after every output (keeps 16-byte alignment)
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_ITEMSIZE}
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:

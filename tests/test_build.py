@@ -21,14 +21,21 @@ from tvm import tirx
 
 from psa_tvm import cli
 from psa_tvm._version import __version__
-from psa_tvm.build import cpu
-from psa_tvm.build.artifact import BuildRequest, build_artifacts, schedule_module
-from psa_tvm.build.lower import lower_cuda
+from psa_tvm.compiler import cpu
+from psa_tvm.compiler.artifact import BuildRequest, build_artifacts, schedule_module
+from psa_tvm.compiler.lower import lower_cuda
 from psa_tvm.config import OpConfig
-from psa_tvm.runtime.manifest import Manifest, evaluate, kernel_symbol
+from psa_tvm.runtime import cpu as runtime_cpu
+from psa_tvm.runtime.manifest import (
+    KernelParam,
+    Manifest,
+    SymbolBinding,
+    evaluate,
+    kernel_symbol,
+)
 
 DTYPES = ("float32", "float16", "bfloat16")
-SCHEDULES = ("seed", "tiled")
+SCHEDULES = ("rowwise", "tiled")
 ARCHS = ("sm_80", "sm_90")
 KD, NH = 32, 4
 C_TYPES = {"float32": "float", "float16": "half", "bfloat16": "nv_bfloat16"}
@@ -42,7 +49,7 @@ EM_CUDA = 190
 
 
 @pytest.fixture(scope="module")
-def artifacts(tmp_path_factory):
+def multi_arch_artifacts(tmp_path_factory):
     out = tmp_path_factory.mktemp("build_artifacts")
     requests = [BuildRequest(OpConfig(KD, NH, dtype), schedule)
                 for dtype, schedule in itertools.product(DTYPES, SCHEDULES)]
@@ -51,13 +58,13 @@ def artifacts(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def manifest(artifacts):
-    return Manifest.load(artifacts)
+def manifest(multi_arch_artifacts):
+    return Manifest.load(multi_arch_artifacts)
 
 
 @pytest.fixture(scope="module")
-def raw_manifest(artifacts):
-    return json.loads((artifacts / "manifest.json").read_text())
+def raw_manifest(multi_arch_artifacts):
+    return json.loads((multi_arch_artifacts / "manifest.json").read_text())
 
 
 def raw_kernels(raw_manifest):
@@ -83,7 +90,7 @@ def kernel_bodies(source: str) -> dict[str, tuple[int | None, list[str], str]]:
 
 
 # ----------------------------------------------------------------------- manifest
-def test_manifest_has_every_dtype_schedule_and_arch(manifest, raw_manifest, artifacts):
+def test_manifest_has_every_dtype_schedule_and_arch(manifest, raw_manifest):
     assert raw_manifest["psa_tvm_version"] == __version__
     assert raw_manifest["tvm_version"] == tvm.__version__
     found = {(b.config.dtype, b.schedule) for b in manifest.builds}
@@ -94,8 +101,8 @@ def test_manifest_has_every_dtype_schedule_and_arch(manifest, raw_manifest, arti
         assert build.source.is_file()
         covered = set()
         for binary in build.binaries:
-            assert (artifacts / binary["path"]).is_file()
-            covered.update(binary["archs"])
+            assert binary.path.is_file()
+            covered.update(binary.archs)
         assert covered == set(ARCHS)
         for kernel in build.kernels:
             assert set(kernel.resources) == set(ARCHS), f"{kernel.entry}: no ptxas report"
@@ -106,7 +113,7 @@ def test_every_build_has_its_kernel_variants(manifest):
         variants = {(k.pass_, k.vec, k.index_dtype) for k in build.kernels}
         assert len(variants) == len(build.kernels), "duplicate variants"
         itemsize = ITEMSIZE[build.config.dtype]
-        if build.schedule == "seed":
+        if build.schedule == "rowwise":
             assert build.vector_width == 1
         else:
             assert build.vector_width * itemsize == 16
@@ -182,11 +189,12 @@ def test_manifest_contract_matches_lowered_tir(manifest, raw_manifest, dtype, sc
             kernel.pass_, kernel.vec, kernel.index_dtype)
         contract = lowered.kernels[symbol]
         assert contract["entry"] == kernel.entry
-        assert [p["name"] for p in contract["params"]] == [p["name"] for p in kernel.params]
-        assert tuple(contract["params"]) == kernel.params
+        assert [p["name"] for p in contract["params"]] == [p.name for p in kernel.params]
+        assert tuple(KernelParam.from_json(p) for p in contract["params"]) == kernel.params
         assert tuple(contract["grid"]) == kernel.grid
         assert tuple(contract["block"]) == kernel.block
-        assert contract["symbols"] == kernel.symbols
+        assert {k: SymbolBinding.from_json(v) for k, v in contract["symbols"].items()} == (
+            kernel.symbols)
         assert contract["static_smem_bytes"] == raw_kernel["static_smem_bytes"]
         assert contract["dynamic_smem_bytes"] == kernel.dynamic_smem_bytes == 0
 
@@ -200,11 +208,11 @@ def test_manifest_contract_matches_lowered_tir(manifest, raw_manifest, dtype, sc
                     values = {tir_value(e, env) for e in bound.get(f"{kind}.{axis}", [1])}
                     assert values == {evaluate(expr, env)}, f"{kernel.entry} {kind}.{axis}"
         # The parameter list is the PrimFunc's: every tensor once, plus the shape symbols.
-        tensors = [p["tensor"] for p in kernel.params if p["type"] == "ptr"]
+        tensors = [p.tensor for p in kernel.params if p.kind == "ptr"]
         assert sorted(tensors) == sorted(p.name for p in func.params if hasattr(p.ty, "shape"))
-        scalars = [p["name"] for p in kernel.params if p["type"] != "ptr"]
+        scalars = [p.name for p in kernel.params if p.kind != "ptr"]
         assert sorted(scalars) == ["B", "NV"]
-        assert {p["type"] for p in kernel.params if p["type"] != "ptr"} == {kernel.index_dtype}
+        assert {p.kind for p in kernel.params if p.kind != "ptr"} == {kernel.index_dtype}
 
 
 def test_cuda_signatures_list_params_in_manifest_order(manifest):
@@ -215,12 +223,12 @@ def test_cuda_signatures_list_params_in_manifest_order(manifest):
         for kernel in build.kernels:
             bounds, decls, _ = kernels[kernel.entry]
             names = [d.split()[-1] for d in decls]
-            assert names == [p["name"] for p in kernel.params], kernel.entry
+            assert names == [p.name for p in kernel.params], kernel.entry
             for decl, param in zip(decls, kernel.params, strict=True):
-                if param["type"] == "ptr":
+                if param.kind == "ptr":
                     assert decl.startswith(f"{c_type}* "), decl
                 else:
-                    assert decl.split()[0] == {"int32": "int", "int64": "int64_t"}[param["type"]]
+                    assert decl.split()[0] == {"int32": "int", "int64": "int64_t"}[param.kind]
             block = [evaluate(e, {}) for e in kernel.block]
             assert bounds == block[0] * block[1] * block[2], kernel.entry
 
@@ -233,7 +241,7 @@ def test_int64_variants_take_int64_params(manifest):
             if kernel.index_dtype != "int64":
                 continue
             seen += 1
-            assert [p["type"] for p in kernel.params if p["type"] != "ptr"] == ["int64", "int64"]
+            assert [p.kind for p in kernel.params if p.kind != "ptr"] == ["int64", "int64"]
             decls = kernels[kernel.entry][1]
             assert decls[-2:] == ["int64_t B", "int64_t NV"], kernel.entry
             assert all("T.int64" in e or e.isdigit() for e in kernel.grid + kernel.block)
@@ -267,25 +275,25 @@ def fatbin_entries(data: bytes) -> list[tuple[int, int, bytes]]:
     return entries
 
 
-def elf_images(build, artifacts) -> dict[int, bytes]:
+def elf_images(build, multi_arch_artifacts) -> dict[int, bytes]:
     """sm version -> ELF (cubin) image, from fatbins or plain cubins."""
     images = {}
     for binary in build.binaries:
-        data = (artifacts / binary["path"]).read_bytes()
-        if binary["format"] == "fatbin":
+        data = binary.path.read_bytes()
+        if binary.format == "fatbin":
             for kind, sm, payload in fatbin_entries(data):
                 if kind == 2:
                     images[sm] = payload
         else:
-            (arch,) = binary["archs"]
+            (arch,) = binary.archs
             images[int(arch.removeprefix("sm_"))] = data
     return images
 
 
-def test_binaries_hold_sass_for_each_arch(manifest, artifacts):
+def test_binaries_hold_sass_for_each_arch(manifest, multi_arch_artifacts):
     """Parsed here without CUDA tools: one CUDA ELF per arch, holding every kernel."""
     for build in manifest.builds:
-        images = elf_images(build, artifacts)
+        images = elf_images(build, multi_arch_artifacts)
         assert set(images) == {int(a.removeprefix("sm_")) for a in ARCHS}
         for sm, elf in images.items():
             assert elf[:4] == b"\x7fELF"
@@ -296,28 +304,28 @@ def test_binaries_hold_sass_for_each_arch(manifest, artifacts):
             for kernel in build.kernels:
                 assert kernel.entry.encode() + b"\0" in elf, f"{kernel.entry} not in sm_{sm}"
         for binary in build.binaries:
-            if binary["format"] == "fatbin":
-                data = (artifacts / binary["path"]).read_bytes()
+            if binary.format == "fatbin":
+                data = binary.path.read_bytes()
                 ptx = {sm for kind, sm, _ in fatbin_entries(data) if kind == 1}
-                assert ptx == {int(p.removeprefix("compute_")) for p in binary["ptx"]}
+                assert ptx == {int(p.removeprefix("compute_")) for p in binary.ptx}
 
 
-def test_cuobjdump_lists_elf_for_each_arch(manifest, artifacts):
+def test_cuobjdump_lists_elf_for_each_arch(manifest, multi_arch_artifacts):
     tool = find_cuobjdump()
     if tool is None:
         pytest.skip("cuobjdump not found ($CUOBJDUMP, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin, "
                     "pip nvidia-cuda-cuobjdump)")
     for build in manifest.builds:
         for binary in build.binaries:
-            path = artifacts / binary["path"]
+            path = binary.path
             listing = subprocess.run([tool, "--list-elf", str(path)], capture_output=True,
                                      text=True, check=True).stdout
             listed = set(re.findall(r"\bsm_\d+\b", listing))
-            assert listed == set(binary["archs"]), listing
+            assert listed == set(binary.archs), listing
             usage = subprocess.run([tool, "--dump-resource-usage", str(path)],
                                    capture_output=True, text=True, check=True).stdout
             for arch, section in _sections_by_arch(usage).items():
-                if arch not in binary["archs"]:
+                if arch not in binary.archs:
                     continue  # the PTX section
                 for kernel in build.kernels:
                     match = re.search(rf"Function {kernel.entry}:\s*\n\s*REG:(\d+) STACK:(\d+) "
@@ -338,13 +346,13 @@ def _sections_by_arch(usage: str) -> dict[str, str]:
     return sections
 
 
-def test_binary_for_picks_exact_sass_then_ptx(manifest, artifacts):
+def test_binary_for_picks_exact_sass_then_ptx(manifest, multi_arch_artifacts):
     build = manifest.find(OpConfig(KD, NH, "float16"), "tiled")
     for arch in ARCHS:
-        path, _ = build.binary_for(arch)
-        assert path.is_file() and arch in next(b["archs"] for b in build.binaries
-                                               if build.root / b["path"] == path)
-    path, _ = build.binary_for("sm_100")  # newer GPU: the PTX JIT-compiles there
+        path = build.binary_for(arch).path
+        assert path.is_file() and arch in next(b.archs for b in build.binaries
+                                               if b.path == path)
+    path = build.binary_for("sm_100").path  # newer GPU: the PTX JIT-compiles there
     assert path.is_file()
     with pytest.raises(LookupError, match="--arch sm_75"):
         build.binary_for("sm_75")
@@ -353,7 +361,7 @@ def test_binary_for_picks_exact_sass_then_ptx(manifest, artifacts):
 @pytest.mark.parametrize("arch", ["sm_86", "sm_89"])
 def test_binary_for_same_major_arch_uses_compatible_sass(manifest, arch):
     build = manifest.find(OpConfig(KD, NH, "float16"), "tiled")
-    path, _ = build.binary_for(arch)
+    path = build.binary_for(arch).path
     assert path.is_file()
 
 
@@ -404,7 +412,7 @@ def test_tiled_vectorized_variants_use_16_byte_accesses(manifest):
         itemsize = ITEMSIZE[build.config.dtype]
         wide = "float4" if build.config.dtype == "float32" else "uint4"
         for kernel in build.kernels:
-            pointers = [p["name"] for p in kernel.params if p["type"] == "ptr"]
+            pointers = [p.name for p in kernel.params if p.kind == "ptr"]
             body = kernels[kernel.entry][2]
             vector, scalar = _global_accesses(body, pointers)
             if kernel.vec == 1:
@@ -445,14 +453,14 @@ def test_cli_build_several_configs(tmp_path, capsys):
     assert {(OpConfig(8, 2, "float16"), "tiled"), (OpConfig(16, 2, "float16"), "tiled")} <= built
     # A second build into the same directory adds to the manifest instead of replacing it.
     assert cli.main(["build", "--key-dim", "8", "--num-heads", "1", "--dtype", "float32",
-                     "--schedule", "seed", "--arch", "sm_90", "-o", str(out), "-q"]) == 0
+                     "--schedule", "rowwise", "--arch", "sm_90", "-o", str(out), "-q"]) == 0
     manifest = Manifest.load(out)
-    assert built | {(OpConfig(8, 1, "float32"), "seed")} == {(b.config, b.schedule)
+    assert built | {(OpConfig(8, 1, "float32"), "rowwise")} == {(b.config, b.schedule)
                                                              for b in manifest.builds}
     for build in manifest.builds:
         assert build.archs == ("sm_90",)
         assert build.source.is_file()
-        assert all((out / b["path"]).is_file() for b in build.binaries)
+        assert all(b.path.is_file() for b in build.binaries)
 
 
 def test_cli_inspect_prints_the_tensor_ir(capsys):
@@ -481,13 +489,13 @@ def test_cpu_kernels_are_compiled_once(tmp_path, monkeypatch):
 
     monkeypatch.setattr(cpu, "compile_cpu", counting)
     config = OpConfig(8, 2, "float32")
-    cpu.clear_memory_cache()
-    first = cpu.cpu_kernels(config)
-    assert len(calls) == 1 and not first.from_cache
-    assert first.path.is_file() and tmp_path in first.path.parents
-    assert cpu.cpu_kernels(config) is first  # memory cache
-    cpu.clear_memory_cache()
-    second = cpu.cpu_kernels(config)
-    assert len(calls) == 1, "compiled again although the disk cache had it"
-    assert second.from_cache and second.path == first.path
-    cpu.clear_memory_cache()
+    runtime_cpu.clear_memory_cache()
+    first = runtime_cpu.cpu_kernels(config)
+    assert len(calls) == 1
+    assert first.library.path.is_file() and tmp_path in first.library.path.parents
+    assert runtime_cpu.cpu_kernels(config) is first  # memory cache
+    runtime_cpu.clear_memory_cache()
+    second = runtime_cpu.cpu_kernels(config)
+    assert len(calls) == 1, "compiled again although the artifact directory had it"
+    assert second.library == first.library
+    runtime_cpu.clear_memory_cache()

@@ -20,7 +20,7 @@ from tests.helpers import DTYPES, bitwise_equal, inputs, poisoned
 
 pytestmark = pytest.mark.gpu
 
-SCHEDULES = ("seed", "tiled")
+SCHEDULES = ("rowwise", "tiled")
 # (B, H, W): H=W=1, B=1, odd sizes and N that is not a multiple of the tile or the vector.
 SHAPES = ((1, 1, 1), (1, 7, 13), (2, 20, 20), (3, 12, 12), (1, 40, 40), (2, 5, 3), (4, 33, 17))
 
@@ -57,8 +57,8 @@ def run_backward(op, config, batch, height, width, *, out_offset=64, seed=0):
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("config", PRESETS["tests"], ids=lambda c: c.tag)
-def test_every_schedule_is_bit_exact_with_canaries(artifacts, schedule, config):
-    op = runtime_op(str(artifacts), config.key_dim, config.num_heads, config.dtype, schedule)
+def test_every_schedule_is_bit_exact_with_canaries(gpu_artifacts, schedule, config):
+    op = runtime_op(str(gpu_artifacts), config.key_dim, config.num_heads, config.dtype, schedule)
     for batch, height, width in SHAPES:
         where = f"{schedule} {config.tag} B={batch} H={height} W={width}"
         lo, hi, out = run_forward(op, config, batch, height, width)
@@ -74,9 +74,9 @@ def test_every_schedule_is_bit_exact_with_canaries(artifacts, schedule, config):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_misaligned_pointers_fall_back_to_the_scalar_kernel(artifacts, dtype):
+def test_misaligned_pointers_fall_back_to_the_scalar_kernel(gpu_artifacts, dtype):
     config = next(c for c in PRESETS["tests"] if c.dtype == dtype and c.key_dim == 32)
-    op = runtime_op(str(artifacts), config.key_dim, config.num_heads, dtype, "tiled")
+    op = runtime_op(str(gpu_artifacts), config.key_dim, config.num_heads, dtype, "tiled")
     lo, hi, out = run_forward(op, config, 2, 20, 20, lo_offset=1, out_offset=65)
     plan = op.plan_forward([lo, hi], out.tensor, (20, 20))
     assert plan.kernel.vec == 1
@@ -86,7 +86,7 @@ def test_misaligned_pointers_fall_back_to_the_scalar_kernel(artifacts, dtype):
     assert d_lo.canaries_intact() and d_hi.canaries_intact()
 
 
-def test_seeded_fuzz_sweep(artifacts):
+def test_seeded_fuzz_sweep(gpu_artifacts):
     """Random valid configurations and shapes from the built set, against the reference."""
     gen = torch.Generator().manual_seed(1234)
     configs = PRESETS["tests"]
@@ -94,7 +94,8 @@ def test_seeded_fuzz_sweep(artifacts):
         config = configs[int(torch.randint(len(configs), (1,), generator=gen))]
         schedule = SCHEDULES[case % 2]
         batch, height, width = (int(x) for x in torch.randint(1, 24, (3,), generator=gen))
-        op = runtime_op(str(artifacts), config.key_dim, config.num_heads, config.dtype, schedule)
+        op = runtime_op(str(gpu_artifacts), config.key_dim, config.num_heads, config.dtype,
+                        schedule)
         lo, hi, out = run_forward(op, config, batch, height, width, seed=case)
         where = f"case {case}: {schedule} {config.tag} B={batch} H={height} W={width}"
         assert bitwise_equal(out.tensor, reference.merge(lo, hi, config.num_heads, height,
@@ -143,16 +144,16 @@ def _external_launch(binary: bytes, entry: str, grid, block, visitor: _CtypesVis
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_minimal_external_launcher_from_manifest(artifacts, dtype):
+def test_minimal_external_launcher_from_manifest(gpu_artifacts, dtype):
     """Only the manifest, the binary and the RuntimeOp's grid/block/pack_args are used."""
     kd, nh, batch, height, width = 32, 4, 2, 20, 20
-    op = PsaMergeAttnRuntimeOp(kd, nh, dtype, schedule="tiled", artifacts=artifacts)
-    manifest = json.loads((artifacts / "manifest.json").read_text())
+    op = PsaMergeAttnRuntimeOp(kd, nh, dtype, schedule="tiled", artifacts=gpu_artifacts)
+    manifest = json.loads((gpu_artifacts / "manifest.json").read_text())
     # The op names its builds by their source; the manifest entry gives binary and kernels.
     entries = {b["source"]: b for b in manifest["builds"]}
-    fwd_build, bwd_build = (entries[str(op.builds[p].source.relative_to(artifacts))]
+    fwd_build, bwd_build = (entries[str(op.builds[p].source.relative_to(gpu_artifacts))]
                             for p in ("forward", "backward"))
-    binary = (artifacts / fwd_build["binaries"][0]["path"]).read_bytes()
+    binary = (gpu_artifacts / fwd_build["binaries"][0]["path"]).read_bytes()
 
     lo = inputs((batch * nh, height * width, kd), DTYPES[dtype], "cuda", 1)
     hi = inputs((batch * nh, height * width, kd), DTYPES[dtype], "cuda", 2)
@@ -170,15 +171,15 @@ def test_minimal_external_launcher_from_manifest(artifacts, dtype):
                  and k["index_dtype"] == "int32" and k["vec"] == bwd_build["vector_width"])
     visitor = _CtypesVisitor()
     op.pack_backward_args(grad, [d_lo.tensor, d_hi.tensor], visitor)
-    binary = (artifacts / bwd_build["binaries"][0]["path"]).read_bytes()
+    binary = (gpu_artifacts / bwd_build["binaries"][0]["path"]).read_bytes()
     _external_launch(binary, entry, op.backward_grid(grad), op.backward_block(grad), visitor)
     ref_lo, ref_hi = reference.merge_backward(grad, nh, kd)
     assert bitwise_equal(d_lo.tensor, ref_lo) and bitwise_equal(d_hi.tensor, ref_hi)
     assert d_lo.canaries_intact() and d_hi.canaries_intact()
 
 
-def test_pack_args_names_real_device_pointers(artifacts):
-    op = PsaMergeAttnRuntimeOp(32, 4, "float16", schedule="tiled", artifacts=artifacts)
+def test_pack_args_names_real_device_pointers(gpu_artifacts):
+    op = PsaMergeAttnRuntimeOp(32, 4, "float16", schedule="tiled", artifacts=gpu_artifacts)
     lo = inputs((8, 400, 32), torch.float16, "cuda")
     hi = inputs((8, 400, 32), torch.float16, "cuda", 1)
     out = torch.empty(2, 256, 20, 20, dtype=torch.float16, device="cuda")
@@ -191,8 +192,8 @@ def test_pack_args_names_real_device_pointers(artifacts):
 
 # ----------------------------------------------------------------------- PyTorch integration
 @pytest.fixture
-def torch_ops(artifacts, monkeypatch):
-    monkeypatch.setenv("PSA_TVM_ARTIFACTS", str(artifacts))
+def torch_ops(gpu_artifacts, monkeypatch):
+    monkeypatch.setenv("PSA_TVM_ARTIFACTS", str(gpu_artifacts))
     import psa_tvm.torch as psa_torch
 
     return psa_torch
@@ -264,12 +265,12 @@ def test_runs_on_the_current_non_default_stream(torch_ops):
 
 
 # ----------------------------------------------------------------------- sizes past int32
-def test_tensors_past_int32_use_the_int64_kernels(artifacts):
+def test_tensors_past_int32_use_the_int64_kernels(gpu_artifacts):
     """lo/hi of 2**31 + elements each (merged 4.4e9): the int64 variant, still bit-exact."""
     nh, kd, batch, height, width = 4, 32, 65, 512, 512
     numel = batch * nh * height * width * kd
     assert numel > 2**31 - 1
-    op = runtime_op(str(artifacts), kd, nh, "float16", "tiled")
+    op = runtime_op(str(gpu_artifacts), kd, nh, "float16", "tiled")
     lo = torch.empty(batch * nh, height * width, kd, dtype=torch.float16, device="cuda")
     hi = torch.empty_like(lo)
     lo.view(-1)[:1 << 20].copy_(inputs((1 << 20,), torch.float16, "cuda"))

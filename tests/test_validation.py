@@ -9,9 +9,9 @@ import torch
 
 import psa_tvm
 from psa_tvm import PsaMergeAttnRuntimeOp, RecordingVisitor, reference
+from psa_tvm.errors import ArtifactNotFoundError
 from psa_tvm.runtime.tensors import TensorInfo
 from tests.helpers import bitwise_equal, inputs, poisoned
-from tests.prebuilt import small_artifacts
 
 KD, NH, B, H, W = 16, 4, 2, 7, 13
 N = H * W
@@ -333,8 +333,8 @@ RKD, RNH = 32, 4
 
 
 @pytest.fixture(scope="module")
-def artifacts(tmp_path_factory):
-    return small_artifacts(tmp_path_factory)
+def artifacts(small_artifacts):
+    return small_artifacts
 
 
 @pytest.fixture(scope="module")
@@ -344,8 +344,8 @@ def tiled(artifacts):
 
 
 @pytest.fixture(scope="module")
-def seed(artifacts):
-    return PsaMergeAttnRuntimeOp(RKD, RNH, "float16", schedule="seed", artifacts=artifacts,
+def rowwise(artifacts):
+    return PsaMergeAttnRuntimeOp(RKD, RNH, "float16", schedule="rowwise", artifacts=artifacts,
                                  arch="sm_90")
 
 
@@ -383,7 +383,7 @@ def test_runtime_op_dtype_mismatch_with_tensors(tiled):
 def test_runtime_op_for_a_config_that_was_not_built(artifacts):
     message = rejected(lambda: PsaMergeAttnRuntimeOp(16, 4, "float16", schedule="tiled",
                                                      artifacts=artifacts, arch="sm_90"),
-                       LookupError, "kd16_nh4_float16", "psa-tvm build")
+                       ArtifactNotFoundError, "kd16_nh4_float16", "psa-tvm build")
     assert "--key-dim 16" in message
     rejected(lambda: PsaMergeAttnRuntimeOp(RKD, RNH, "float16", schedule="nonesuch",
                                            artifacts=artifacts, arch="sm_90"),
@@ -393,21 +393,21 @@ def test_runtime_op_for_a_config_that_was_not_built(artifacts):
 def test_runtime_op_without_a_manifest(tmp_path):
     rejected(lambda: PsaMergeAttnRuntimeOp(RKD, RNH, "float16", artifacts=tmp_path,
                                            arch="sm_90"),
-             FileNotFoundError, "manifest.json", str(tmp_path))
+             ArtifactNotFoundError, "manifest.json", str(tmp_path))
 
 
-def test_grid_past_cuda_limits_raises(tiled, seed):
+def test_grid_past_cuda_limits_raises(tiled, rowwise):
     batch = 65535 // (2 * RNH) + 1  # tiled: grid.y = B * nh * 2 > 65535
     grid_y = batch * RNH * 2
     rejected(lambda: tiled.grid(pairs(batch, 1)), ValueError,
              "grid[1]", str(grid_y), "65535", f"B={batch}")
     rejected(lambda: tiled.backward_grid((P_LO, (batch, 2 * RNH * RKD, 1, 1))), ValueError,
              "grid[1]", "65535")
-    # The seed layout puts everything on grid.x: the same shape is fine there ...
-    assert seed.grid(pairs(batch, 1))[0] == batch * RNH
+    # The rowwise layout puts everything on grid.x: the same shape is fine there ...
+    assert rowwise.grid(pairs(batch, 1))[0] == batch * RNH
     # ... until B*nh*N passes 2**31 - 1.
     n = 2**31 // RNH
-    rejected(lambda: seed.grid(pairs(1, n)), ValueError, "grid[0]", str(2**31 - 1))
+    rejected(lambda: rowwise.grid(pairs(1, n)), ValueError, "grid[0]", str(2**31 - 1))
 
 
 def test_negative_extent_in_a_pair(tiled):
@@ -469,7 +469,7 @@ def test_tensors_on_different_gpus_are_refused_before_any_launch(tiled, monkeypa
     def no_launch(*args, **kwargs):
         raise AssertionError("launched")
 
-    monkeypatch.setattr("psa_tvm.runtime.runtime_op._Launch.__call__", no_launch)
+    monkeypatch.setattr("psa_tvm.runtime.launcher.PreparedLaunch.__call__", no_launch)
     shape, merged = (2 * RNH, 400, RKD), (2, 2 * RNH * RKD, 20, 20)
     lo, hi = _on_gpu(P_LO, shape, 0), _on_gpu(P_HI, shape, 1)
     rejected(lambda: tiled.launch_forward(lo, hi, _on_gpu(P_OUT, merged, 0), 0, (20, 20)),

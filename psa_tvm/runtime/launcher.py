@@ -1,7 +1,9 @@
 """Launch prebuilt kernels through the CUDA driver API (NVIDIA's cuda-python). No TVM.
 
-The launcher knows nothing about the op: it loads a binary into the primary context of a device,
-looks up an entry point, and launches it with a grid, a block and a packed argument list.
+:class:`CudaLauncher` knows nothing about the op: it loads a binary into the primary context of a
+device, looks up an entry point, and launches it with a grid, a block and a packed argument
+list. :class:`PreparedLaunch` is one validated :class:`~psa_tvm.runtime.plan.LaunchPlan` bound
+to a loaded kernel, whose arguments are packed once; only the data pointers change per call.
 """
 
 from __future__ import annotations
@@ -9,7 +11,11 @@ from __future__ import annotations
 import ctypes
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from psa_tvm.runtime.plan import LaunchPlan
+    from psa_tvm.runtime.tensors import TensorInfo
 
 _CTYPES = {"ptr": ctypes.c_void_p, "int32": ctypes.c_int32, "int64": ctypes.c_int64,
            "float32": ctypes.c_float}
@@ -29,7 +35,7 @@ def _driver():
             from cuda.bindings import driver
         except ImportError as err:
             raise ImportError("launching psa-tvm kernels needs NVIDIA's cuda-python: "
-                              "pip install 'psa-tvm[cuda]'") from err
+                              "pip install cuda-python") from err
         _DRIVER = driver
     return _DRIVER
 
@@ -99,7 +105,7 @@ class CudaLauncher:
         self._lock = threading.Lock()
         self._contexts: dict[int, Any] = {}
         self._context_handles: dict[int, int] = {}
-        self._modules: dict[tuple[int, Path], Any] = {}
+        self._modules: dict[tuple[int, Path], Any] = {}  # (device, binary path)
         self._functions: dict[tuple[int, Path, str], Any] = {}
         self._archs: dict[int, str] = {}
 
@@ -183,3 +189,29 @@ def shared_launcher() -> CudaLauncher:
     if _SHARED is None:
         _SHARED = CudaLauncher()
     return _SHARED
+
+
+class PreparedLaunch:
+    """A validated launch: kernel loaded, arguments pre-packed; only pointers change per call."""
+
+    def __init__(self, plan: LaunchPlan) -> None:
+        self.plan = plan
+        self.empty = plan.empty
+        self.device_index = plan.device_index
+        self.pointer_slots = [(i, p.tensor) for i, p in enumerate(plan.kernel.params)
+                              if p.kind == "ptr"]
+        self.args = PackedArgs([(kind, value) for kind, _, value in plan.args])
+        self.launcher = shared_launcher()
+        if not self.empty:
+            binary = plan.build.binary_for(self.launcher.arch(plan.device_index))
+            self.func = self.launcher.function(binary.path, plan.kernel.entry, plan.device_index)
+        self.lock = threading.Lock()
+
+    def __call__(self, infos: dict[str, TensorInfo], stream: int) -> None:
+        if self.empty:
+            return  # zero-sized tensors: nothing to move, and an empty grid is no valid launch
+        with self.lock:  # the packed argument buffer is shared by threads using this launch
+            for slot, tensor in self.pointer_slots:
+                self.args.set(slot, infos[tensor].ptr)
+            self.launcher.launch(self.func, self.plan.grid, self.plan.block,
+                                 self.plan.shared_bytes, stream, self.args, self.device_index)

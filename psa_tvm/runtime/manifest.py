@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from psa_tvm.config import OpConfig
+from psa_tvm.errors import ArtifactNotFoundError
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -71,36 +72,91 @@ def evaluate(expr: str, symbols: dict[str, int]) -> int:
 
 
 @dataclass(frozen=True)
+class KernelParam:
+    """One kernel parameter, in launch order: a data pointer of a tensor, or a shape symbol."""
+
+    name: str  # as in the CUDA signature, e.g. ``lo_ptr`` or ``NV``
+    kind: str  # "ptr", "int32", "int64" or "float32"
+    tensor: str | None = None  # for pointers: the buffer, e.g. "lo"
+    symbol: str | None = None  # for scalars: the shape symbol, e.g. "NV"
+
+    @classmethod
+    def from_json(cls, data: dict) -> KernelParam:
+        return cls(name=data["name"], kind=data["type"], tensor=data.get("tensor"),
+                   symbol=data.get("symbol"))
+
+
+@dataclass(frozen=True)
+class SymbolBinding:
+    """Where a shape symbol is read: ``shape(tensor)[axis] == symbol * divisor``."""
+
+    tensor: str
+    axis: int
+    divisor: int
+
+    @classmethod
+    def from_json(cls, data: dict) -> SymbolBinding:
+        return cls(tensor=data["tensor"], axis=data["axis"], divisor=data["divisor"])
+
+
+@dataclass(frozen=True)
 class KernelSpec:
-    """One compiled kernel and its launch contract, as recorded in the manifest."""
+    """One compiled kernel and its launch contract, as recorded in the manifest.
+
+    ``vec`` is the vector width on the side contiguous along ``N`` (the kernel needs
+    ``N % vec == 0``); ``vec_kd`` the width on the side contiguous along ``key_dim``.
+    """
 
     pass_: str
     vec: int
+    vec_kd: int
     index_dtype: str
     entry: str
-    params: tuple[dict, ...]
+    params: tuple[KernelParam, ...]
     grid: tuple[str, str, str]
     block: tuple[str, str, str]
     dynamic_smem_bytes: int
-    symbols: dict[str, dict]
+    symbols: dict[str, SymbolBinding]
     resources: dict[str, dict]
 
     @classmethod
     def from_json(cls, data: dict) -> KernelSpec:
-        return cls(pass_=data["pass"], vec=data["vec"], index_dtype=data["index_dtype"],
-                   entry=data["entry"], params=tuple(data["params"]), grid=tuple(data["grid"]),
-                   block=tuple(data["block"]), dynamic_smem_bytes=data["dynamic_smem_bytes"],
-                   symbols=data["symbols"], resources=data.get("resources", {}))
+        return cls(pass_=data["pass"], vec=data["vec"], vec_kd=data.get("vec_kd", data["vec"]),
+                   index_dtype=data["index_dtype"], entry=data["entry"],
+                   params=tuple(KernelParam.from_json(p) for p in data["params"]),
+                   grid=tuple(data["grid"]), block=tuple(data["block"]),
+                   dynamic_smem_bytes=data["dynamic_smem_bytes"],
+                   symbols={k: SymbolBinding.from_json(v) for k, v in data["symbols"].items()},
+                   resources=data.get("resources", {}))
+
+    @property
+    def alignment_elements(self) -> int:
+        """Every data pointer must be aligned to this many elements to run this kernel."""
+        return max(self.vec, self.vec_kd)
 
     def bind_symbols(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
         """Shape symbols (``B``, ``NV``) from the concrete shapes of the kernel's tensors."""
-        return {name: shapes[b["tensor"]][b["axis"]] // b["divisor"]
-                for name, b in self.symbols.items()}
+        return {name: shapes[b.tensor][b.axis] // b.divisor for name, b in self.symbols.items()}
 
     def launch_dims(self, symbols: dict[str, int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
         grid = tuple(evaluate(e, symbols) for e in self.grid)
         block = tuple(evaluate(e, symbols) for e in self.block)
         return grid, block
+
+
+@dataclass(frozen=True)
+class BinarySpec:
+    """One device binary of a build: a fatbin (several archs + PTX) or a single-arch cubin."""
+
+    path: Path
+    format: str
+    archs: tuple[str, ...]
+    ptx: tuple[str, ...]
+
+    @classmethod
+    def from_json(cls, root: Path, data: dict) -> BinarySpec:
+        return cls(path=root / data["path"], format=data["format"], archs=tuple(data["archs"]),
+                   ptx=tuple(data["ptx"]))
 
 
 @dataclass(frozen=True)
@@ -115,7 +171,7 @@ class BuildSpec:
     preferred: bool
     archs: tuple[str, ...]
     source: Path
-    binaries: tuple[dict, ...]
+    binaries: tuple[BinarySpec, ...]
     kernels: tuple[KernelSpec, ...]
 
     @classmethod
@@ -126,7 +182,7 @@ class BuildSpec:
             schedule=data["schedule"], schedule_params=data["schedule_params"],
             vector_width=data["vector_width"], preferred=data.get("preferred", True),
             archs=tuple(data["archs"]), source=root / data["source"],
-            binaries=tuple(data["binaries"]),
+            binaries=tuple(BinarySpec.from_json(root, b) for b in data["binaries"]),
             kernels=tuple(KernelSpec.from_json(k) for k in data["kernels"]),
         )
 
@@ -134,24 +190,41 @@ class BuildSpec:
         for spec in self.kernels:
             if (spec.pass_, spec.vec, spec.index_dtype) == (pass_, vec, index_dtype):
                 return spec
-        raise LookupError(f"{self.source.name}: no {pass_} kernel with vec={vec}, {index_dtype}")
+        raise ArtifactNotFoundError(
+            f"{self.source.name}: no {pass_} kernel with vec={vec}, {index_dtype}")
 
-    def binary_for(self, arch: str) -> tuple[Path, str]:
+    def binary_for(self, arch: str) -> BinarySpec:
         """The binary to load on a GPU of ``arch`` (``sm_86``): SASS of the same major version
         and no newer minor (binary compatible), else PTX no newer than the GPU (JIT)."""
         major_minor = int(arch.removeprefix("sm_").rstrip("a"))
-        for entry in self.binaries:
-            sass = [int(a.removeprefix("sm_").rstrip("a")) for a in entry["archs"]]
+        for binary in self.binaries:
+            sass = [int(a.removeprefix("sm_").rstrip("a")) for a in binary.archs]
             if any(s // 10 == major_minor // 10 and s <= major_minor for s in sass):
-                return self.root / entry["path"], entry["format"]
-        for entry in self.binaries:
-            ptx = [int(p.removeprefix("compute_").rstrip("a")) for p in entry["ptx"]]
+                return binary
+        for binary in self.binaries:
+            ptx = [int(p.removeprefix("compute_").rstrip("a")) for p in binary.ptx]
             if any(version <= major_minor for version in ptx):
-                return self.root / entry["path"], entry["format"]
-        raise LookupError(
+                return binary
+        raise ArtifactNotFoundError(
             f"{self.source.name} was built for {list(self.archs)}; nothing runs on {arch}: "
             f"rebuild with --arch {arch}"
         )
+
+
+@dataclass(frozen=True)
+class CpuLibrarySpec:
+    """The CPU (LLVM) build of one configuration: a TVM-FFI shared library with both passes."""
+
+    config: OpConfig
+    path: Path
+    target: str
+    definition: str  # digest of the TensorIR and CPU schedule that built it
+
+    @classmethod
+    def from_json(cls, root: Path, data: dict) -> CpuLibrarySpec:
+        return cls(config=OpConfig(data["key_dim"], data["num_heads"], data["dtype"]),
+                   path=root / data["path"], target=data["target"],
+                   definition=data["definition"])
 
 
 @dataclass(frozen=True)
@@ -162,6 +235,7 @@ class Manifest:
     psa_tvm_version: str
     tvm_version: str
     builds: tuple[BuildSpec, ...]
+    cpu_libraries: tuple[CpuLibrarySpec, ...] = ()
 
     @classmethod
     def load(cls, root: str | Path) -> Manifest:
@@ -169,7 +243,10 @@ class Manifest:
         root = Path(root)
         path = root / MANIFEST_NAME
         if not path.is_file():
-            raise FileNotFoundError(f"artifacts: no {MANIFEST_NAME} in {root}; run `psa-tvm build`")
+            raise ArtifactNotFoundError(
+                f"artifacts: no {MANIFEST_NAME} in {root}; build one with `psa-tvm build -o "
+                f"{root}` (needs `pip install 'psa-tvm[compiler]'` and nvcc) or point "
+                "PSA_TVM_ARTIFACTS at a directory built elsewhere")
         stat = path.stat()
         return _load(root, stat.st_mtime_ns, stat.st_size)
 
@@ -182,7 +259,19 @@ class Manifest:
                              f"this psa-tvm reads {MANIFEST_FORMAT}")
         return cls(root=root, psa_tvm_version=data["psa_tvm_version"],
                    tvm_version=data["tvm_version"],
-                   builds=tuple(BuildSpec.from_json(root, b) for b in data["builds"]))
+                   builds=tuple(BuildSpec.from_json(root, b) for b in data["builds"]),
+                   cpu_libraries=tuple(CpuLibrarySpec.from_json(root, c)
+                                       for c in data.get("cpu_libraries", ())))
+
+    def find_cpu(self, config: OpConfig) -> CpuLibrarySpec:
+        """The CPU library of ``config``."""
+        for library in self.cpu_libraries:
+            if library.config == config:
+                return library
+        raise ArtifactNotFoundError(
+            f"artifacts in {self.root} have no CPU library for {config.tag}; run `psa-tvm "
+            f"build --target cpu --key-dim {config.key_dim} --num-heads {config.num_heads} "
+            f"--dtype {config.dtype} -o {self.root}`")
 
     def find(self, config: OpConfig, schedule: str,
              params: dict[str, Any] | None = None) -> BuildSpec:
@@ -199,7 +288,7 @@ class Manifest:
             return matches[0]
         have = sorted({f"{b.config.tag}/{b.schedule}" for b in self.builds})
         listed = ", ".join(have[:6]) + (f", ... ({len(have)} in all)" if len(have) > 6 else "")
-        raise LookupError(
+        raise ArtifactNotFoundError(
             f"artifacts in {self.root} have no {schedule!r} build for {config.tag} "
             f"(have {listed or 'none'}); run `psa-tvm build --key-dim {config.key_dim} "
             f"--num-heads {config.num_heads} --dtype {config.dtype} --schedule {schedule}`"

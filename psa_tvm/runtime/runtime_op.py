@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from psa_tvm.config import INT32_MAX, OpConfig
-from psa_tvm.runtime.manifest import BuildSpec, KernelSpec, Manifest
+from psa_tvm.config import OpConfig
+from psa_tvm.runtime import env
+from psa_tvm.runtime.artifacts import find_build
+from psa_tvm.runtime.manifest import BuildSpec
 from psa_tvm.runtime.memo import Memo
+from psa_tvm.runtime.plan import KernelChoice, LaunchPlan, choose, make_plan, pointer_alignment
+from psa_tvm.runtime.protocol import ArgVisitor, RecordingVisitor
 from psa_tvm.runtime.tensors import CUDA, TensorInfo, tensor_info
 from psa_tvm.runtime.tuned import DEFAULT_SCHEDULE, tuned_entry
-from psa_tvm.validation import (
+from psa_tvm.runtime.validation import (
     MergeDims,
     check_backward_input,
     check_forward_inputs,
@@ -29,76 +31,9 @@ from psa_tvm.validation import (
     check_output,
 )
 
-_GRID_LIMITS = (2**31 - 1, 65535, 65535)
-# Tail tiles index up to one tile past the end; keep int32 kernels clear of that margin.
-_INT32_MARGIN = 1 << 20
+__all__ = ["ArgVisitor", "LaunchPlan", "PsaMergeAttnRuntimeOp", "RecordingVisitor"]
 
-
-class ArgVisitor(Protocol):
-    """Receives a kernel's arguments in the kernel's parameter order."""
-
-    def visit_ptr(self, value: int, name: str) -> None:
-        """A device pointer (``name`` is the kernel parameter, e.g. ``lo_ptr``)."""
-
-    def visit_i32(self, value: int, name: str) -> None:
-        """A 32-bit shape symbol, e.g. ``B`` (batch) or ``NV`` (``N / vec``)."""
-
-    def visit_i64(self, value: int, name: str) -> None:
-        """A 64-bit shape symbol (int64-indexed kernels, for tensors past 2**31 elements)."""
-
-    def visit_f32(self, value: float, name: str) -> None:
-        """A 32-bit float (this op's kernels have none; part of the protocol)."""
-
-
-class RecordingVisitor:
-    """An :class:`ArgVisitor` that keeps ``(kind, name, value)`` triples, in order."""
-
-    def __init__(self) -> None:
-        self.args: list[tuple[str, str, int | float]] = []
-
-    def visit_ptr(self, value: int, name: str) -> None:
-        self.args.append(("ptr", name, value))
-
-    def visit_i32(self, value: int, name: str) -> None:
-        self.args.append(("int32", name, value))
-
-    def visit_i64(self, value: int, name: str) -> None:
-        self.args.append(("int64", name, value))
-
-    def visit_f32(self, value: float, name: str) -> None:
-        self.args.append(("float32", name, value))
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    """Everything one launch needs: which kernel, its dimensions and its arguments."""
-
-    build: BuildSpec
-    kernel: KernelSpec
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    shared_bytes: int
-    args: tuple[tuple[str, str, int], ...]  # (kind, parameter name, value) in kernel order
-    device_index: int | None
-
-    def visit(self, visitor: ArgVisitor) -> None:
-        visits = {"ptr": visitor.visit_ptr, "int32": visitor.visit_i32,
-                  "int64": visitor.visit_i64, "float32": visitor.visit_f32}
-        for kind, name, value in self.args:
-            visits[kind](value, name)
-
-
-def default_artifacts_dir() -> Path:
-    """``$PSA_TVM_ARTIFACTS``, else ``<cache>/artifacts`` (``$PSA_TVM_CACHE`` or ~/.cache)."""
-    if env := os.environ.get("PSA_TVM_ARTIFACTS"):
-        return Path(env)
-    return cache_dir() / "artifacts"
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("PSA_TVM_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "psa_tvm")
-    return Path(root)
+_PASSES = ("forward", "backward")
 
 
 def _as_shape_or_info(obj: object, name: str) -> TensorInfo:
@@ -125,44 +60,31 @@ class PsaMergeAttnRuntimeOp:
 
     def __init__(self, key_dim: int, num_heads: int, dtype: Any = "float32", *,
                  schedule: str | None = None, artifacts: str | os.PathLike | None = None,
-                 arch: str | None = None) -> None:
+                 arch: str | None = None, builds: Mapping[str, BuildSpec] | None = None) -> None:
         self.config = OpConfig(key_dim, num_heads, dtype)
         self.arch = arch or _detect_arch()
-        tuned = {p: tuned_entry(self.arch, p, self.config) for p in ("forward", "backward")}
-        self.schedule = schedule or (tuned["forward"] or {}).get("schedule", DEFAULT_SCHEDULE)
-        root = Path(artifacts) if artifacts is not None else default_artifacts_dir()
-        self._builds = {p: self._find_build(root, artifacts is None, tuned[p])
-                        for p in ("forward", "backward")}
-        self._plans = Memo()  # (pass, B, N, index dtype, aligned) -> kernel, grid, block, symbols
-        self._checked = Memo()  # call signature -> validated, pre-packed launch
+        if builds is not None:  # explicit builds (a tuning candidate): nothing to look up
+            self.schedule = schedule or builds["forward"].schedule
+            self._builds = {p: builds[p] for p in _PASSES}
+        else:
+            tuned = {p: tuned_entry(self.arch, p, self.config) for p in _PASSES}
+            self.schedule = schedule or (tuned["forward"] or {}).get("schedule",
+                                                                     DEFAULT_SCHEDULE)
+            root = Path(artifacts) if artifacts is not None else env.default_artifacts_dir()
+            # Only the default directory is built into; a directory the user names is theirs.
+            may_build = artifacts is None and env.artifacts_override() is None
+            self._builds = {p: find_build(root, self.config, self.schedule,
+                                          _tuned_params(tuned[p], self.schedule),
+                                          may_build=may_build) for p in _PASSES}
+        self._choices = Memo()  # (pass, B, N, numel, alignment) -> KernelChoice
+        self._checked = Memo()  # call signature -> PreparedLaunch
 
     @classmethod
-    def for_build(cls, build: BuildSpec, arch: str = "sm_90") -> PsaMergeAttnRuntimeOp:
+    def for_build(cls, build: BuildSpec, arch: str = env.DEFAULT_ARCH) -> PsaMergeAttnRuntimeOp:
         """An op running one specific build for both passes (e.g. a tuning candidate)."""
-        op = cls.__new__(cls)
-        op.config, op.arch, op.schedule = build.config, arch, build.schedule
-        op._builds = {"forward": build, "backward": build}
-        op._plans, op._checked = Memo(), Memo()
-        return op
-
-    # ----------------------------------------------------------------- artifact lookup
-    def _find_build(self, root: Path, may_build: bool, tuned: dict | None) -> BuildSpec:
-        params = tuned["params"] if tuned and tuned.get("schedule") == self.schedule else None
-        try:
-            build = Manifest.load(root).find(self.config, self.schedule, params)
-            if not may_build or params is None or build.schedule_params == params:
-                return build
-        except (FileNotFoundError, LookupError) as missing:
-            if not may_build:
-                raise
-            try:
-                from psa_tvm.build.ondemand import build_missing  # needs TVM
-            except ImportError as err:
-                raise LookupError(f"{missing}; building it here needs TVM ({err})") from err
-        else:
-            from psa_tvm.build.ondemand import build_missing  # tuned build missing: needs TVM
-        build_missing(root, self.config, self.schedule, params)
-        return Manifest.load(root).find(self.config, self.schedule, params)
+        config = build.config
+        return cls(config.key_dim, config.num_heads, config.dtype, schedule=build.schedule,
+                   arch=arch, builds={p: build for p in _PASSES})
 
     @property
     def builds(self) -> dict[str, BuildSpec]:
@@ -181,7 +103,8 @@ class PsaMergeAttnRuntimeOp:
         if inputs is not None:
             return self.plan_forward(inputs, output).kernel.entry
         build = self._builds["forward"]
-        return build.kernel("forward", _widest(build, "forward"), "int32").entry
+        return max((k for k in build.kernels if k.pass_ == "forward" and k.index_dtype == "int32"),
+                   key=lambda k: (k.vec_kd, k.vec)).entry
 
     def forward_source(self) -> str:
         """CUDA source of the forward build (a translation unit with every variant)."""
@@ -332,30 +255,12 @@ class PsaMergeAttnRuntimeOp:
 
     def _plan(self, pass_: str, dims: MergeDims, tensors: dict[str, TensorInfo]) -> LaunchPlan:
         build = self._builds[pass_]
-        index_dtype = "int32" if dims.merged_numel + _INT32_MARGIN <= INT32_MAX else "int64"
-        aligned = all(t.ptr % 16 == 0 for t in tensors.values())
-        key = (pass_, dims.batch, dims.n, index_dtype, aligned)
-        cached = self._plans.get(key)
-        if cached is None:
-            kernel = _choose_kernel(build, pass_, dims.n, index_dtype, aligned)
-            symbols = kernel.bind_symbols(_kernel_shapes(dims))
-            grid, block = kernel.launch_dims(symbols)
-            for axis, (size, limit) in enumerate(zip(grid, _GRID_LIMITS, strict=True)):
-                if size > limit:
-                    raise ValueError(
-                        f"shape: B={dims.batch}, N={dims.n} needs grid[{axis}]={size}, past the "
-                        f"CUDA limit {limit} for schedule {build.schedule!r}"
-                    )
-            cached = self._plans.put(key, (kernel, grid, block, symbols))
-        kernel, grid, block, symbols = cached
-        args = tuple(
-            ("ptr", p["name"], tensors[p["tensor"]].ptr if p["tensor"] in tensors else 0)
-            if p["type"] == "ptr" else (p["type"], p["name"], symbols[p["symbol"]])
-            for p in kernel.params
-        )
-        device_index = next((t.device_index for t in tensors.values() if t.device == CUDA), None)
-        return LaunchPlan(build, kernel, grid, block, kernel.dynamic_smem_bytes, args,
-                          device_index)
+        alignment = pointer_alignment(tensors)
+        key = (pass_, dims.batch, dims.n, dims.merged_numel, alignment)
+        choice: KernelChoice | None = self._choices.get(key)
+        if choice is None:
+            choice = self._choices.put(key, choose(build, pass_, dims, alignment))
+        return make_plan(build, choice, tensors)
 
     # ----------------------------------------------------------------- launching
     def launch_forward(self, lo: Any, hi: Any, out: Any, stream: int = 0,
@@ -385,14 +290,16 @@ class PsaMergeAttnRuntimeOp:
             _check_disjoint(pass_, infos)
         launch(infos, stream)
 
-    def _prepare(self, key: tuple, plan: LaunchPlan, infos: dict[str, TensorInfo]) -> _Launch:
+    def _prepare(self, key: tuple, plan: LaunchPlan, infos: dict[str, TensorInfo]):
         for name, info in infos.items():
             if info.device is None:
                 raise ValueError(f"{name}: a (pointer, shape) pair does not say its device; "
                                  "launch with tensors")
             if info.device != CUDA:
                 raise ValueError(f"{name}: expected a CUDA tensor, got one on {info.device}")
-        return self._checked.put(key, _Launch(plan))
+        from psa_tvm.runtime.launcher import PreparedLaunch  # needs cuda-python
+
+        return self._checked.put(key, PreparedLaunch(plan))
 
 
 # Argument names in errors, and the (output, other) pairs that must not share memory: the
@@ -408,55 +315,9 @@ def _check_disjoint(pass_: str, infos: dict[str, TensorInfo]) -> None:
         check_no_overlap(_NAMES[a], infos[a], _NAMES[b], infos[b])
 
 
-class _Launch:
-    """A validated launch: kernel loaded, arguments pre-packed; only pointers change per call."""
-
-    def __init__(self, plan: LaunchPlan) -> None:
-        from psa_tvm.runtime.launcher import PackedArgs, shared_launcher
-
-        self.empty = plan.grid[0] * plan.grid[1] * plan.grid[2] == 0 or any(
-            value == 0 for kind, _, value in plan.args if kind != "ptr")
-        self.plan = plan
-        self.device_index = plan.device_index
-        self.pointer_slots = [(i, p["tensor"]) for i, p in enumerate(plan.kernel.params)
-                              if p["type"] == "ptr"]
-        self.args = PackedArgs([(kind, value) for kind, _, value in plan.args])
-        self.launcher = shared_launcher()
-        if not self.empty:
-            binary, _ = plan.build.binary_for(self.launcher.arch(plan.device_index))
-            self.func = self.launcher.function(binary, plan.kernel.entry, plan.device_index)
-        self.lock = threading.Lock()
-
-    def __call__(self, infos: dict[str, TensorInfo], stream: int) -> None:
-        if self.empty:
-            return  # zero-sized tensors: nothing to move, and an empty grid is no valid launch
-        with self.lock:  # the packed argument buffer is shared by threads using this launch
-            for slot, tensor in self.pointer_slots:
-                self.args.set(slot, infos[tensor].ptr)
-            self.launcher.launch(self.func, self.plan.grid, self.plan.block,
-                                 self.plan.shared_bytes, stream, self.args, self.device_index)
-
-
-def _widest(build: BuildSpec, pass_: str) -> int:
-    return max(k.vec for k in build.kernels if k.pass_ == pass_ and k.index_dtype == "int32")
-
-
-def _choose_kernel(build: BuildSpec, pass_: str, n: int, index_dtype: str,
-                   aligned: bool) -> KernelSpec:
-    """Widest vector variant whose alignment needs ``N`` and the pointers meet."""
-    candidates = sorted((k for k in build.kernels
-                         if k.pass_ == pass_ and k.index_dtype == index_dtype),
-                        key=lambda k: -k.vec)
-    for kernel in candidates:
-        if kernel.vec == 1 or (n % kernel.vec == 0 and aligned):
-            return kernel
-    raise LookupError(f"{build.source.name}: no scalar {pass_} kernel for {index_dtype}")
-
-
-def _kernel_shapes(dims: MergeDims) -> dict[str, tuple[int, ...]]:
-    half = dims.half_shape
-    merged5 = (dims.batch, dims.num_heads, 2, dims.key_dim, dims.n)
-    return {"lo": half, "hi": half, "out": merged5, "g": merged5, "dlo": half, "dhi": half}
+def _tuned_params(tuned: dict | None, schedule: str) -> dict | None:
+    """Tuned parameters when the table's choice is the schedule in use."""
+    return tuned["params"] if tuned and tuned.get("schedule") == schedule else None
 
 
 def _three(shape: Sequence[int], name: str) -> tuple[int, int, int]:
@@ -477,4 +338,4 @@ def _check_launch(launch: int, count: int) -> None:
 def _detect_arch() -> str:
     from psa_tvm.runtime.launcher import cuda_available, device_arch
 
-    return device_arch(0) if cuda_available() else "sm_90"
+    return device_arch(0) if cuda_available() else env.DEFAULT_ARCH

@@ -1,4 +1,9 @@
-"""Tuned schedule choices shipped in ``schedules/<arch>.json`` (written by ``scripts/tune.py``)."""
+"""Tuned schedule choices: ``<arch>.json`` tables written by ``psa-tvm tune select``.
+
+:func:`tuned_entry` owns the lookup order: a user's table (``$PSA_TVM_SCHEDULES/<arch>.json``),
+then the table shipped in the wheel (``schedules/`` in the source tree), then nothing, which
+means the schedule rule's defaults.
+"""
 
 from __future__ import annotations
 
@@ -8,29 +13,40 @@ from importlib import resources
 from pathlib import Path
 
 from psa_tvm.config import OpConfig
+from psa_tvm.runtime.env import user_schedules_dir
 
 DEFAULT_SCHEDULE = "tiled"
+
+
+# A checkout run through PYTHONPATH (not installed) has no ``psa_tvm.schedules`` package.
 _SOURCE_TREE = Path(__file__).resolve().parents[2] / "schedules"
 
 
-def table_path(arch: str) -> Path | None:
-    """The tuned table for ``arch``: installed package data, else the source tree's."""
+def shipped_table_path(arch: str) -> Path | None:
+    """The tuned table for ``arch`` shipped as package data (``psa_tvm.schedules``), or the
+    source tree's ``schedules/`` when running from a checkout that is not installed."""
     try:
         candidate = Path(str(resources.files("psa_tvm.schedules") / f"{arch}.json"))
-        if candidate.is_file():
-            return candidate
     except ModuleNotFoundError:
-        pass
-    candidate = _SOURCE_TREE / f"{arch}.json"
+        candidate = _SOURCE_TREE / f"{arch}.json"
     return candidate if candidate.is_file() else None
 
 
+def table_paths(arch: str) -> list[Path]:
+    """Tables searched for ``arch``, first match wins: the user's, then the shipped one."""
+    paths = []
+    user = user_schedules_dir()
+    if user is not None and (user / f"{arch}.json").is_file():
+        paths.append(user / f"{arch}.json")
+    shipped = shipped_table_path(arch)
+    if shipped is not None:
+        paths.append(shipped)
+    return paths
+
+
 @lru_cache(maxsize=16)
-def load_table(arch: str) -> tuple[dict, ...]:
-    """Entries of the tuned table for ``arch`` (empty when nothing was tuned)."""
-    path = table_path(arch)
-    if path is None:
-        return ()
+def load_table(path: Path, arch: str) -> tuple[dict, ...]:
+    """Entries of one tuned table (checked to be for ``arch``)."""
     data = json.loads(path.read_text())
     if data.get("arch") != arch:
         raise ValueError(f"{path}: table is for {data.get('arch')}, expected {arch}")
@@ -38,9 +54,11 @@ def load_table(arch: str) -> tuple[dict, ...]:
 
 
 def tuned_entry(arch: str, pass_: str, config: OpConfig) -> dict | None:
-    """The tuned ``{"schedule", "params", ...}`` for one pass and config, or ``None``."""
-    for entry in load_table(arch):
-        if (entry["pass"], entry["dtype"], entry["key_dim"], entry["num_heads"]) == (
-                pass_, config.dtype, config.key_dim, config.num_heads):
-            return entry
+    """The tuned ``{"schedule", "params", ...}`` for one pass and config; ``None`` means the
+    rule's defaults."""
+    key = (pass_, config.dtype, config.key_dim, config.num_heads)
+    for path in table_paths(arch):
+        for entry in load_table(path, arch):
+            if (entry["pass"], entry["dtype"], entry["key_dim"], entry["num_heads"]) == key:
+                return entry
     return None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import sys
 from dataclasses import asdict, dataclass
@@ -20,11 +19,13 @@ from pathlib import Path
 import torch
 
 from psa_tvm import reference
+from psa_tvm.config import DTYPE_ITEMSIZE
 from psa_tvm.presets import YOLO11
+from psa_tvm.runtime import env
 from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
 from psa_tvm.tools.timing import GpuTimer, host_us_per_call
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_ITEMSIZE}
 PEERS = ("copy", "eager", "compile_static", "compile_dynamic")
 
 
@@ -132,7 +133,6 @@ def time_shape(timer: GpuTimer, shape: Shape, dtype_name: str, schedules: list[s
 
 def host_overhead(artifacts: str) -> dict:
     """Per-call host time of our torch op against a one-op torch call, small shape."""
-    os.environ["PSA_TVM_ARTIFACTS"] = artifacts
     import psa_tvm.torch as psa_torch
 
     lo = torch.randn(4, 400, 32, device="cuda", dtype=torch.float16)
@@ -192,17 +192,29 @@ def plot(records: list[dict], schedules: list[str], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="psa-tvm bench", description=__doc__)
-    parser.add_argument("--artifacts", default=os.environ.get("PSA_TVM_ARTIFACTS"))
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``psa-tvm bench`` (and of ``scripts/bench.py``)."""
+    parser.add_argument("--artifacts", default=None,
+                        help="artifact directory (default: $PSA_TVM_ARTIFACTS)")
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
-    parser.add_argument("--schedules", nargs="+", default=["tiled", "seed"])
+    parser.add_argument("--schedules", nargs="+", default=["tiled", "rowwise"])
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--quick", action="store_true", help="a subset of the shapes")
     parser.add_argument("--out", default="bench-out")
     parser.add_argument("--replot", metavar="BENCH_JSON",
                         help="only redraw the table and plot of an earlier run (no GPU needed)")
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="psa-tvm bench", description=__doc__)
+    add_arguments(parser)
+    return run_command(parser.parse_args(argv))
+
+
+def run_command(args: argparse.Namespace) -> int:
+    if args.artifacts:
+        env.set_artifacts_dir(args.artifacts)  # the torch op in host_overhead runs from them too
+    args.artifacts = str(env.artifacts_override() or "") or None
     if args.replot:
         data = json.loads(Path(args.replot).read_text())
         schedules = [s for s in dict.fromkeys(r["impl"] for r in data["records"])

@@ -4,9 +4,10 @@
     psa-tvm tune run    --artifacts .tune         # the GPU host (no TVM): time them, resumable
     psa-tvm tune select --artifacts .tune         # anywhere: best per (pass, dtype, kd, nh, arch)
 
-``select`` writes ``schedules/<arch>.json``, which the RuntimeOp and ``psa-tvm build`` use by
-default. Candidates are marked non-preferred in the manifest, so a tuning directory never
-changes what an op picks unless the table names them.
+``select -o PATH`` writes a table (``schedules/<arch>.json`` in a checkout ships it in the
+wheel; a directory in ``$PSA_TVM_SCHEDULES`` overrides the shipped tables at run time).
+Candidates are marked non-preferred in the manifest, so a tuning directory never changes what
+an op picks unless the table names them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import math
 import sys
 from pathlib import Path
 
-from psa_tvm.config import OpConfig
+from psa_tvm.config import DTYPE_ITEMSIZE, OpConfig
+from psa_tvm.runtime.env import DEFAULT_ARCH
 from psa_tvm.runtime.manifest import Manifest
 
 RESULTS = "results.jsonl"
@@ -32,7 +34,7 @@ STATIC_SMEM_LIMIT = 48 * 1024
 def candidates(config: OpConfig, grid: dict[str, tuple] | None = None) -> list:
     """Valid ``tiled`` parameter sets for ``config``: the grid plus the rule's default."""
     grid = GRID if grid is None else grid
-    from psa_tvm.build.rules import get_rule
+    from psa_tvm.compiler.rules import get_rule
 
     rule = get_rule("tiled")
     found = [rule.default_params(config)]
@@ -49,7 +51,7 @@ def candidates(config: OpConfig, grid: dict[str, tuple] | None = None) -> list:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from psa_tvm.build.artifact import BuildRequest, build_artifacts
+    from psa_tvm.compiler.artifact import BuildRequest, build_artifacts
     from psa_tvm.presets import PRESETS
 
     grid = dict(GRID)
@@ -156,8 +158,7 @@ def cmd_select(args: argparse.Namespace) -> int:
                         "params": by_source[best].schedule_params,
                         "fraction_of_copy": round(fraction, 4),
                         "candidates": len(complete)})
-    out = Path(args.output or Path(__file__).resolve().parents[2] / "schedules" /
-               f"{args.arch}.json")
+    out = Path(args.output)
     if args.update and out.exists():  # keep what earlier runs tuned for other configurations
         fresh = {_entry_key(e) for e in entries}
         kept = [e for e in json.loads(out.read_text())["entries"] if _entry_key(e) not in fresh]
@@ -176,14 +177,13 @@ def _entry_key(entry: dict) -> tuple:
     return (entry["pass"], entry["dtype"], entry["key_dim"], entry["num_heads"])
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="psa-tvm tune", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``psa-tvm tune`` (and of ``scripts/tune.py``)."""
     sub = parser.add_subparsers(dest="step", required=True)
     build = sub.add_parser("build", help="build candidate schedules (needs TVM + nvcc)")
     build.add_argument("--preset", default="yolo11")
-    build.add_argument("--arch", nargs="+", default=["sm_90"])
-    build.add_argument("--dtypes", nargs="+", default=["float32", "float16", "bfloat16"])
+    build.add_argument("--arch", nargs="+", default=[DEFAULT_ARCH])
+    build.add_argument("--dtypes", nargs="+", default=list(DTYPE_ITEMSIZE))
     build.add_argument("--grid", nargs="+", metavar="NAME=V1,V2",
                        help=f"override grid axes (default {GRID})")
     build.add_argument("-o", "--output", default=".tune")
@@ -198,13 +198,20 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--configs", nargs="+", default=None, metavar="TAG",
                      help="only these configurations, e.g. kd32_nh4_float32")
     run.set_defaults(func=cmd_run)
-    select = sub.add_parser("select", help="write schedules/<arch>.json from the timings")
+    select = sub.add_parser("select", help="write a tuned table from the timings")
     select.add_argument("--artifacts", default=".tune")
-    select.add_argument("--arch", default="sm_90")
-    select.add_argument("-o", "--output", default=None)
+    select.add_argument("--arch", default=DEFAULT_ARCH)
+    select.add_argument("-o", "--output", required=True,
+                        help="the table to write, e.g. schedules/sm_90.json in a checkout")
     select.add_argument("--update", action="store_true",
                         help="keep the output table's entries for configurations not timed here")
     select.set_defaults(func=cmd_select)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="psa-tvm tune", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -26,13 +26,15 @@ from typing import Any
 import tvm
 
 from psa_tvm._version import __version__
-from psa_tvm.build.compute import merge_backward, merge_forward
-from psa_tvm.build.cuda_fixups import pack_16bit_gathers
-from psa_tvm.build.lower import lower_cuda
-from psa_tvm.build.nvcc import DEFAULT_ARCHS, check_archs, compile_source
-from psa_tvm.build.rules import get_rule
-from psa_tvm.build.rules.base import params_as_dict
+from psa_tvm.compiler.compute import merge_backward, merge_forward
+from psa_tvm.compiler.cpu import build_cpu_library
+from psa_tvm.compiler.cuda_fixups import pack_16bit_gathers
+from psa_tvm.compiler.lower import lower_cuda
+from psa_tvm.compiler.nvcc import check_archs, compile_source
+from psa_tvm.compiler.rules import get_rule
+from psa_tvm.compiler.rules.base import params_as_dict
 from psa_tvm.config import OpConfig
+from psa_tvm.runtime.env import DEFAULT_ARCHS
 from psa_tvm.runtime.manifest import MANIFEST_FORMAT, MANIFEST_NAME, kernel_symbol
 
 PASSES = {"forward": merge_forward, "backward": merge_backward}
@@ -126,8 +128,9 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
 def build_artifacts(requests: Iterable[BuildRequest], out_dir: str | os.PathLike,
                     archs: Iterable[str] = DEFAULT_ARCHS, *, jobs: int | None = None,
                     compiler: str = "auto", progress: bool = False,
-                    keep_going: bool = False) -> Path:
-    """Build every request into ``out_dir`` (in parallel) and merge them into its manifest.
+                    keep_going: bool = False, cpu_configs: Iterable[OpConfig] = ()) -> Path:
+    """Build every GPU request and every CPU configuration into ``out_dir`` (in parallel) and
+    merge them into its manifest.
 
     With ``keep_going`` a request that fails to build is reported and left out (tuning
     candidates); otherwise the first failure is raised.
@@ -136,12 +139,13 @@ def build_artifacts(requests: Iterable[BuildRequest], out_dir: str | os.PathLike
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     requests = list(dict.fromkeys(requests))
-    jobs = jobs or min(len(requests), os.cpu_count() or 1) or 1
+    cpu_configs = list(dict.fromkeys(cpu_configs))
+    jobs = jobs or min(len(requests) + len(cpu_configs), os.cpu_count() or 1) or 1
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(requests), desc="psa-tvm build", unit="build")
+        bar = tqdm(total=len(requests) + len(cpu_configs), desc="psa-tvm build", unit="build")
 
     def run(request: BuildRequest) -> dict | None:
         try:
@@ -156,25 +160,43 @@ def build_artifacts(requests: Iterable[BuildRequest], out_dir: str | os.PathLike
             if bar is not None:
                 bar.update(1)
 
+    def run_cpu(config: OpConfig) -> dict:
+        try:
+            return build_cpu_library(config, out)
+        finally:
+            if bar is not None:
+                bar.update(1)
+
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         entries = [e for e in pool.map(run, requests) if e is not None]
+        cpu_entries = list(pool.map(run_cpu, cpu_configs))
     if bar is not None:
         bar.close()
-    return write_manifest(out, entries)
+    return write_manifest(out, entries, cpu_entries)
 
 
-def write_manifest(out: Path, entries: list[dict]) -> Path:
-    """Merge ``entries`` into ``out/manifest.json``; a rebuilt source replaces its old entry."""
+def write_manifest(out: Path, entries: list[dict], cpu_entries: Iterable[dict] = ()) -> Path:
+    """Merge ``entries`` (GPU builds) and ``cpu_entries`` (CPU libraries) into
+    ``out/manifest.json``; a rebuilt source or library replaces its old entry."""
     path = out / MANIFEST_NAME
     with open(out / ".manifest.lock", "w") as lock:  # builds into one directory may overlap
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return _merge_manifest(path, entries)
+        return _merge_manifest(path, entries, list(cpu_entries))
 
 
-def _merge_manifest(path: Path, entries: list[dict]) -> Path:
+def _merge_manifest(path: Path, entries: list[dict], cpu_entries: list[dict]) -> Path:
     builds: dict[str, dict] = {}
+    cpu: dict[str, dict] = {}
     if path.exists():
-        builds = {b["source"]: b for b in json.loads(path.read_text())["builds"]}
+        old = json.loads(path.read_text())
+        builds = {b["source"]: b for b in old["builds"]}
+        cpu = {c["path"]: c for c in old.get("cpu_libraries", ())}
+    for entry in cpu_entries:
+        stale = [p for p, c in cpu.items() if (c["key_dim"], c["num_heads"], c["dtype"]) == (
+            entry["key_dim"], entry["num_heads"], entry["dtype"])]
+        for key in stale:  # one CPU library per configuration: the newest definition
+            del cpu[key]
+        cpu[entry["path"]] = entry
     for entry in entries:
         old = builds.get(entry["source"])
         # The same parameters built again as a tuning candidate stay the preferred build.
@@ -185,6 +207,7 @@ def _merge_manifest(path: Path, entries: list[dict]) -> Path:
         "psa_tvm_version": __version__,
         "tvm_version": tvm.__version__,
         "builds": sorted(builds.values(), key=lambda b: b["source"]),
+        "cpu_libraries": sorted(cpu.values(), key=lambda c: c["path"]),
     }
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(manifest, indent=1))

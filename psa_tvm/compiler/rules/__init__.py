@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from psa_tvm.build.rules.base import Pass, ScheduleRule
-from psa_tvm.build.rules.seed import Seed
-from psa_tvm.build.rules.tiled import Tiled
+from psa_tvm.compiler.rules.base import Pass, ScheduleRule
+from psa_tvm.compiler.rules.rowwise import Rowwise
+from psa_tvm.compiler.rules.tiled import Tiled
 
-RULES: dict[str, ScheduleRule] = {rule.name: rule for rule in (Seed(), Tiled())}
+RULES: dict[str, ScheduleRule] = {rule.name: rule for rule in (Rowwise(), Tiled())}
 
 
 def get_rule(name: str) -> ScheduleRule:

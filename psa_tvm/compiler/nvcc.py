@@ -9,7 +9,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEFAULT_ARCHS = ("sm_80", "sm_90")
+from psa_tvm.runtime.env import cuda_roots, nvcc_candidates
 
 _ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(sm_\w+)'")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -38,9 +38,8 @@ def check_archs(archs: list[str] | tuple[str, ...]) -> list[str]:
 
 def find_nvcc() -> str | None:
     """The nvcc to use: ``$PSA_TVM_NVCC``, then ``$CUDA_HOME/bin/nvcc``, then ``PATH``."""
-    for candidate in (os.environ.get("PSA_TVM_NVCC"),
-                      os.path.join(os.environ.get("CUDA_HOME", ""), "bin", "nvcc")):
-        if candidate and os.path.isfile(candidate):
+    for candidate in nvcc_candidates():
+        if os.path.isfile(candidate):
             return candidate
     return shutil.which("nvcc")
 
@@ -90,9 +89,8 @@ def _compile_nvcc(nvcc: str, source: Path, stem: Path, archs: list[str]) -> Comp
 def cuda_include_dirs() -> list[str]:
     """Header directories NVRTC needs (CUDA headers and CCCL, which TVM's source includes):
     ``$CUDA_HOME``/``$CUDA_PATH``, /usr/local/cuda, then pip's ``nvidia-*`` wheels."""
-    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
     found: list[str] = []
-    for root in filter(None, roots):
+    for root in cuda_roots():
         for sub in ("include", "targets/x86_64-linux/include", "targets/sbsa-linux/include"):
             for candidate in (Path(root, sub), Path(root, sub, "cccl")):
                 if candidate.is_dir() and str(candidate) not in found:

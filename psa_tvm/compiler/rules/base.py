@@ -15,7 +15,7 @@ import tvm
 from tvm import s_tir
 from tvm.tirx import PrimFunc
 
-from psa_tvm.build.compute import BACKWARD_BLOCK, FORWARD_BLOCK
+from psa_tvm.compiler.compute import BACKWARD_BLOCK, FORWARD_BLOCK
 from psa_tvm.config import OpConfig
 
 Pass = Literal["forward", "backward"]

@@ -1,17 +1,17 @@
-"""Build a missing configuration into an artifact directory when the run time asks for it."""
+"""Build a missing configuration into an artifact directory when the run time asks for it.
+
+The caller (:func:`psa_tvm.runtime.artifacts.find_build`) holds the directory's build lock.
+"""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
-from psa_tvm.build.artifact import BuildRequest, build_artifacts
-from psa_tvm.build.nvcc import DEFAULT_ARCHS
-from psa_tvm.build.rules import get_rule
+from psa_tvm.compiler.artifact import BuildRequest, build_artifacts
+from psa_tvm.compiler.rules import get_rule
 from psa_tvm.config import OpConfig
-
-_LOCK = threading.Lock()
+from psa_tvm.runtime.env import DEFAULT_ARCHS
 
 
 def build_missing(root: Path, config: OpConfig, schedule: str,
@@ -20,5 +20,4 @@ def build_missing(root: Path, config: OpConfig, schedule: str,
     rule = get_rule(schedule)
     request = BuildRequest(config, schedule,
                            rule.params_from_dict(params) if params is not None else None)
-    with _LOCK:
-        build_artifacts([request], root, DEFAULT_ARCHS)
+    build_artifacts([request], root, DEFAULT_ARCHS)

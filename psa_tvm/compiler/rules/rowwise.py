@@ -1,4 +1,4 @@
-"""``seed``: the original kernel layout, kept as the baseline the other rules are measured against.
+"""``rowwise``: the original kernel layout (one CTA per row), the baseline of the other rules.
 
 Grid ``[B*nh*N, 1, 1]``: one CTA per ``(b*nh + h, n)`` row of ``lo``/``hi``, ``kd`` threads, one
 element each, both halves written by the same thread. Loads are coalesced along ``kd``; stores
@@ -14,25 +14,25 @@ from typing import ClassVar
 
 from tvm.tirx import PrimFunc
 
-from psa_tvm.build.rules.base import Pass, ScheduleRule, finish, new_schedule, pass_loops
+from psa_tvm.compiler.rules.base import Pass, ScheduleRule, finish, new_schedule, pass_loops
 from psa_tvm.config import OpConfig
 
 
 @dataclass(frozen=True)
-class SeedParams:
-    """The seed layout has nothing to tune."""
+class RowwiseParams:
+    """The row-wise layout has nothing to tune."""
 
 
-class Seed(ScheduleRule):
+class Rowwise(ScheduleRule):
     """One CTA per spatial row, ``kd`` lanes; see the module docstring."""
 
-    name: ClassVar[str] = "seed"
-    Params: ClassVar[type] = SeedParams
+    name: ClassVar[str] = "rowwise"
+    Params: ClassVar[type] = RowwiseParams
 
-    def vector_width(self, config: OpConfig, params: SeedParams) -> int:
+    def vector_width(self, config: OpConfig, params: RowwiseParams) -> int:
         return 1
 
-    def apply(self, func: PrimFunc, pass_: Pass, config: OpConfig, params: SeedParams,
+    def apply(self, func: PrimFunc, pass_: Pass, config: OpConfig, params: RowwiseParams,
               vec: int) -> PrimFunc:
         sch, name = new_schedule(func)
         _, b, h, s, d, n = pass_loops(sch, pass_)

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from tvm.tirx import PrimFunc
 
-from psa_tvm.build.rules.base import Pass, ScheduleRule, finish, new_schedule, pass_loops
+from psa_tvm.compiler.rules.base import Pass, ScheduleRule, finish, new_schedule, pass_loops
 from psa_tvm.config import OpConfig
 
 _BANK_ROW_BYTES = 128  # 32 banks x 4 bytes

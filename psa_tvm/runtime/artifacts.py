@@ -1,0 +1,77 @@
+"""Finding a build in an artifact directory, building it on demand where the compiler is here.
+
+On-demand builds follow check, lock, check again, build, load: two processes asking for the same
+missing build serialise on a file lock in the artifact directory, and the second finds the first
+one's build instead of compiling it again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from psa_tvm.config import OpConfig
+from psa_tvm.errors import ArtifactNotFoundError
+from psa_tvm.runtime.manifest import BuildSpec, Manifest
+
+BUILD_LOCK_NAME = ".build.lock"
+_THREAD_LOCK = threading.Lock()  # flock is per open file: threads of one process need their own
+
+
+@contextmanager
+def build_lock(root: Path):
+    """Exclusive, cross-process lock on an artifact directory (held while building into it)."""
+    root.mkdir(parents=True, exist_ok=True)
+    with _THREAD_LOCK, open(root / BUILD_LOCK_NAME, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _lookup(root: Path, config: OpConfig, schedule: str,
+            params: dict[str, Any] | None) -> BuildSpec | None:
+    """The build when it is there (with ``params`` exactly, when given), else ``None``."""
+    try:
+        build = Manifest.load(root).find(config, schedule, params)
+    except ArtifactNotFoundError:
+        return None
+    return build if params is None or build.schedule_params == params else None
+
+
+def find_build(root: Path, config: OpConfig, schedule: str, params: dict[str, Any] | None,
+               *, may_build: bool) -> BuildSpec:
+    """The build of ``config`` with ``schedule`` (and tuned ``params``) in ``root``.
+
+    Without ``may_build`` (a user's own artifact directory) a missing build raises
+    :class:`ArtifactNotFoundError`; with it, the build is made here when TVM is installed.
+    """
+    build = _lookup(root, config, schedule, params)
+    if build is not None:
+        return build
+    if not may_build:
+        if params is not None and (fallback := _lookup(root, config, schedule, None)):
+            return fallback  # the user's directory lacks the tuned build: run what they built
+        Manifest.load(root).find(config, schedule)  # raises, saying what is missing and how
+        raise AssertionError("unreachable")
+    try:
+        from psa_tvm.compiler.ondemand import build_missing
+    except ImportError as err:
+        raise ArtifactNotFoundError(
+            f"no {schedule!r} build of {config.tag} in {root}, and building it here needs the "
+            f"compiler ({err}): `pip install 'psa-tvm[compiler]'` (plus nvcc), or build it "
+            f"elsewhere with `psa-tvm build --key-dim {config.key_dim} --num-heads "
+            f"{config.num_heads} --dtype {config.dtype} -o DIR` and set PSA_TVM_ARTIFACTS=DIR"
+        ) from err
+    with build_lock(root):
+        build = _lookup(root, config, schedule, params)  # another process may have built it
+        if build is None:
+            build_missing(root, config, schedule, params)
+            build = _lookup(root, config, schedule, params)
+    if build is None:
+        raise ArtifactNotFoundError(f"building {config.tag} {schedule} into {root} left no build")
+    return build

@@ -1,0 +1,108 @@
+"""The CPU path at run time: load a configuration's LLVM-built library with ``tvm_ffi``. No TVM.
+
+Libraries come from the artifact directory's manifest (``psa-tvm build`` writes them). Where
+the compiler is installed and the default directory lacks one, it is built there on demand
+(check, lock, check again, build, load).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from psa_tvm.config import OpConfig
+from psa_tvm.errors import ArtifactNotFoundError
+from psa_tvm.runtime import env
+from psa_tvm.runtime.artifacts import build_lock
+from psa_tvm.runtime.manifest import CpuLibrarySpec, Manifest
+
+CPU_TARGET = "llvm"
+FORWARD_SYMBOL, BACKWARD_SYMBOL = "psa_merge_fwd_cpu", "psa_merge_bwd_cpu"
+_LOADED: dict[tuple[OpConfig, Path], CpuKernels] = {}
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class CpuKernels:
+    """Loaded CPU kernels of one configuration."""
+
+    config: OpConfig
+    library: CpuLibrarySpec
+    forward_fn: Any
+    backward_fn: Any
+
+    def forward(self, lo: Any, hi: Any, out5: Any, n: int) -> None:
+        """``out5`` is the merged output viewed as ``[B, nh, 2, kd, N]``."""
+        self.forward_fn(lo, hi, out5, n)
+
+    def backward(self, g5: Any, d_lo: Any, d_hi: Any, n: int) -> None:
+        """``g5`` is ``d_merged`` viewed as ``[B, nh, 2, kd, N]``."""
+        self.backward_fn(g5, d_lo, d_hi, n)
+
+
+def _current(root: Path, config: OpConfig, definition: str | None) -> CpuLibrarySpec | None:
+    try:
+        library = Manifest.load(root).find_cpu(config)
+    except ArtifactNotFoundError:
+        return None
+    if definition is not None and library.definition != definition:
+        return None  # built from another TensorIR: rebuild where the compiler is here
+    return library if library.path.is_file() else None
+
+
+def find_cpu_library(config: OpConfig, root: Path | None = None) -> CpuLibrarySpec:
+    """The CPU library of ``config`` in ``root`` (default: the run time's artifact directory),
+    built there first when it is the default directory and the compiler is installed."""
+    may_build = root is None and env.artifacts_override() is None
+    root = root or env.default_artifacts_dir()
+    if not may_build:
+        return Manifest.load(root).find_cpu(config)
+    try:
+        from psa_tvm.compiler.artifact import write_manifest
+        from psa_tvm.compiler.cpu import DEFINITION_DIGEST, build_cpu_library
+    except ImportError as err:
+        library = _current(root, config, None)
+        if library is not None:
+            return library
+        raise ArtifactNotFoundError(
+            f"no CPU library for {config.tag} in {root}, and building it here needs the "
+            f"compiler ({err}): `pip install 'psa-tvm[compiler]'`, or build it elsewhere with "
+            f"`psa-tvm build --target cpu --key-dim {config.key_dim} --num-heads "
+            f"{config.num_heads} --dtype {config.dtype} -o DIR` and set PSA_TVM_ARTIFACTS=DIR"
+        ) from err
+    library = _current(root, config, DEFINITION_DIGEST)
+    if library is None:
+        with build_lock(root):
+            library = _current(root, config, DEFINITION_DIGEST)
+            if library is None:
+                write_manifest(root, [], [build_cpu_library(config, root)])
+                library = _current(root, config, DEFINITION_DIGEST)
+    if library is None:
+        raise ArtifactNotFoundError(f"building the CPU library of {config.tag} left none")
+    return library
+
+
+def cpu_kernels(config: OpConfig, root: Path | None = None) -> CpuKernels:
+    """The CPU kernels of ``config``, loaded once per process and artifact directory."""
+    key = (config, root or env.default_artifacts_dir())
+    loaded = _LOADED.get(key)
+    if loaded is not None:
+        return loaded
+    with _LOCK:
+        loaded = _LOADED.get(key)
+        if loaded is None:
+            import tvm_ffi
+
+            library = find_cpu_library(config, root)
+            module = tvm_ffi.load_module(str(library.path))
+            loaded = _LOADED[key] = CpuKernels(config, library, module[FORWARD_SYMBOL],
+                                               module[BACKWARD_SYMBOL])
+        return loaded
+
+
+def clear_memory_cache() -> None:
+    """Forget loaded modules (the files stay); for tests."""
+    with _LOCK:
+        _LOADED.clear()

@@ -1,0 +1,68 @@
+"""Every environment variable and default path psa-tvm reads, in one place.
+
+Nothing else in the package reads ``os.environ``: a reader of this module sees every knob.
+
+| variable | meaning |
+|---|---|
+| ``PSA_TVM_ARTIFACTS`` | artifact directory to run from (``psa-tvm build -o DIR``) |
+| ``PSA_TVM_CACHE`` | root of the on-demand build cache (default ``$XDG_CACHE_HOME/psa_tvm``) |
+| ``PSA_TVM_SCHEDULES`` | a tuned-table directory searched before the shipped one |
+| ``PSA_TVM_NVCC`` | the ``nvcc`` to compile with (else ``$CUDA_HOME/bin/nvcc``, then ``PATH``) |
+| ``CUDA_HOME``, ``CUDA_PATH`` | CUDA roots: nvcc, headers for NVRTC and the native library |
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: The architecture assumed where none is detected or named (the H100/H200 generation).
+DEFAULT_ARCH = "sm_90"
+#: Architectures ``psa-tvm build`` compiles SASS for by default (PTX of the newest is added).
+DEFAULT_ARCHS = ("sm_80", "sm_90")
+
+
+def artifacts_override() -> Path | None:
+    """``$PSA_TVM_ARTIFACTS`` when set: a directory the user built, never written to on demand."""
+    value = os.environ.get("PSA_TVM_ARTIFACTS")
+    return Path(value) if value else None
+
+
+def cache_dir() -> Path:
+    """``$PSA_TVM_CACHE``, else ``$XDG_CACHE_HOME/psa_tvm`` (``~/.cache/psa_tvm``)."""
+    root = os.environ.get("PSA_TVM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "psa_tvm")
+    return Path(root)
+
+
+def default_artifacts_dir() -> Path:
+    """Where the run time looks for artifacts: ``$PSA_TVM_ARTIFACTS``, else the cache."""
+    return artifacts_override() or cache_dir() / "artifacts"
+
+
+def cpu_cache_dir() -> Path:
+    """Where CPU libraries built on demand are kept."""
+    return cache_dir() / "cpu"
+
+
+def user_schedules_dir() -> Path | None:
+    """``$PSA_TVM_SCHEDULES``: tuned tables searched before the shipped ones."""
+    value = os.environ.get("PSA_TVM_SCHEDULES")
+    return Path(value) if value else None
+
+
+def nvcc_candidates() -> list[str]:
+    """Explicit nvcc locations, most specific first (``PATH`` is searched after these)."""
+    return [c for c in (os.environ.get("PSA_TVM_NVCC"),
+                        os.path.join(os.environ.get("CUDA_HOME", ""), "bin", "nvcc")) if c]
+
+
+def cuda_roots() -> list[str]:
+    """CUDA toolkit roots to search for headers and libraries."""
+    return [r for r in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+                        "/usr/local/cuda") if r]
+
+
+def set_artifacts_dir(path: str | os.PathLike) -> None:
+    """Make ``path`` this process's artifact directory (what ``--artifacts`` of a tool sets)."""
+    os.environ["PSA_TVM_ARTIFACTS"] = str(path)

@@ -1,0 +1,78 @@
+"""On-demand builds: check, lock, check again, build, load. Two processes asking for the same
+missing build at once must build it once and both run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tvm")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_WORKER = r"""
+import json, sys, time
+import psa_tvm.compiler.cpu as compiler_cpu
+import psa_tvm.compiler.ondemand as ondemand
+from psa_tvm.config import OpConfig
+
+log = open(sys.argv[2], "a")
+real_gpu, real_cpu = ondemand.build_missing, compiler_cpu.build_cpu_library
+
+def gpu(*args, **kwargs):
+    log.write("gpu\n"); log.flush()
+    time.sleep(1.0)  # widen the window in which the other process would race
+    return real_gpu(*args, **kwargs)
+
+def cpu(*args, **kwargs):
+    log.write("cpu\n"); log.flush()
+    time.sleep(1.0)
+    return real_cpu(*args, **kwargs)
+
+ondemand.build_missing = gpu
+compiler_cpu.build_cpu_library = cpu
+while time.time() < float(sys.argv[1]):  # start together
+    time.sleep(0.01)
+from psa_tvm import PsaMergeAttnRuntimeOp
+from psa_tvm.runtime.cpu import cpu_kernels
+
+op = PsaMergeAttnRuntimeOp(16, 2, "float32", schedule="tiled", arch="sm_90")
+cpu = cpu_kernels(OpConfig(16, 2, "float32"))
+print(json.dumps({"source": str(op.builds["forward"].source),
+                  "cpu": str(cpu.library.path)}))
+"""
+
+
+def test_two_processes_build_a_missing_config_once(tmp_path):
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k != "PSA_TVM_ARTIFACTS"}
+    env["PSA_TVM_CACHE"] = str(tmp_path / "cache")
+    log = tmp_path / "builds.log"
+    start = str(time.time() + 3.0)
+    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, start, str(log)], env=env,
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err[-3000:]
+    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    assert results[0] == results[1]
+    assert Path(results[0]["source"]).is_file() and Path(results[0]["cpu"]).is_file()
+    assert sorted(log.read_text().split()) == ["cpu", "gpu"], "built more than once"
+    manifest = json.loads((tmp_path / "cache" / "artifacts" / "manifest.json").read_text())
+    assert len(manifest["builds"]) == 1 and len(manifest["cpu_libraries"]) == 1
+
+
+def test_a_named_artifact_directory_is_never_built_into(tmp_path):
+    from psa_tvm import PsaMergeAttnRuntimeOp
+    from psa_tvm.errors import ArtifactNotFoundError
+
+    with pytest.raises(ArtifactNotFoundError, match=r"manifest\.json"):
+        PsaMergeAttnRuntimeOp(16, 2, "float32", artifacts=tmp_path, arch="sm_90")
+    assert not (tmp_path / "manifest.json").exists()
