@@ -13,6 +13,8 @@ from functools import lru_cache
 from typing import Any
 
 from psa_tvm.config import OpConfig
+from psa_tvm.runtime import env
+from psa_tvm.runtime import native as native_rt
 from psa_tvm.runtime.cpu import cpu_kernels
 from psa_tvm.runtime.memo import Memo
 from psa_tvm.runtime.tensors import CPU, CUDA, TensorInfo, tensor_info
@@ -32,6 +34,16 @@ def merge(lo: Any, hi: Any, num_heads: int, H: int, W: int, *, out: Any = None) 
     ``merged[b, h*2kd + d, n] = lo[b*nh + h, n, d]`` and ``merged[b, h*2kd + kd + d, n] =
     hi[b*nh + h, n, d]``. Returns ``out`` (allocated when not given).
     """
+    native = _NATIVE or _load_native()
+    if native:  # the artifact directory's native library: validation and launch in C++
+        try:
+            result = native.merge(lo, hi, num_heads, H, W, out)
+        except _NATIVE_MISSES as err:
+            _native_missed(err)
+        else:
+            if out is not None:
+                return out
+            return result if _is_torch(lo) else native_rt.as_framework_array(lo, result)
     # Checked before the cache lookup: 4.0 == 4 and True == 1 would hit a validated entry.
     check_count("num_heads", num_heads)
     check_count("H", H, minimum=0)
@@ -66,6 +78,21 @@ def merge(lo: Any, hi: Any, num_heads: int, H: int, W: int, *, out: Any = None) 
 def merge_backward(d_merged: Any, num_heads: int, key_dim: int, *, d_lo: Any = None,
                    d_hi: Any = None) -> tuple[Any, Any]:
     """The inverse gather: ``d_merged [B, c, H, W]`` -> ``(d_lo, d_hi)``, ``[B*nh, H*W, kd]``."""
+    native = _NATIVE or _load_native()
+    if native:
+        try:
+            result = native.merge_backward_grads(d_merged, num_heads, key_dim, d_lo, d_hi)
+        except _NATIVE_MISSES as err:
+            _native_missed(err)
+        else:
+            if result is None:  # both given
+                return d_lo, d_hi
+            new_lo, new_hi = result
+            if not _is_torch(d_merged):
+                new_lo, new_hi = (None if x is None else
+                                  native_rt.as_framework_array(d_merged, x)
+                                  for x in (new_lo, new_hi))
+            return (d_lo if d_lo is not None else new_lo, d_hi if d_hi is not None else new_hi)
     check_count("num_heads", num_heads)
     check_count("key_dim", key_dim)
     g_info = tensor_info(d_merged, "d_merged")
@@ -98,6 +125,38 @@ def merge_backward(d_merged: Any, num_heads: int, key_dim: int, *, d_lo: Any = N
     else:
         raise ValueError(f"d_merged: expected a CPU or CUDA tensor, got device {g_info.device}")
     return d_lo, d_hi
+
+
+# The default artifact directory's native library: None until looked up, then the library, or
+# False when there is none (then the Python launcher and the CPU libraries run every call).
+_NATIVE: native_rt.NativeLibrary | bool | None = None
+
+
+def _load_native(refresh: bool = False) -> native_rt.NativeLibrary | bool:
+    global _NATIVE
+    _NATIVE = native_rt.load(env.default_artifacts_dir(), refresh=refresh) or False
+    return _NATIVE
+
+
+def _native_missed(err: Exception) -> None:
+    """The library cannot take this call. No build for it: look again (a build may just have
+    written a new library) and run the Python path. Arguments tvm-ffi cannot convert (not a
+    tensor, a read-only array): the Python path runs and explains."""
+    if isinstance(err, native_rt.NativeArtifactNotFound):
+        _load_native(refresh=True)
+    elif isinstance(err, TypeError) and not str(err).startswith("Mismatched"):
+        raise err  # the library's own refusal
+    elif isinstance(err, RuntimeError) and "Cannot pack tensors" not in str(err):
+        raise err  # only torch's refusal to export (meta tensors...) falls through
+
+
+def _forget_native() -> None:
+    global _NATIVE
+    _NATIVE = None
+
+
+native_rt.ON_FORGET.append(_forget_native)
+_NATIVE_MISSES = (native_rt.NativeArtifactNotFound, BufferError, TypeError, RuntimeError)
 
 
 @lru_cache(maxsize=64)

@@ -66,10 +66,50 @@ def _backward(ctx, grad):
 torch.library.register_autograd("psa_tvm::merge_attn", _backward, setup_context=_setup_context)
 
 
+_Tensor = torch.Tensor
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
+
+
 def merge_attn(lo: torch.Tensor, hi: torch.Tensor, num_heads: int, H: int,
                W: int) -> torch.Tensor:
-    """Differentiable merge of ``lo``, ``hi`` (``[B*nh, H*W, kd]``) into ``[B, 2*nh*kd, H, W]``."""
+    """Differentiable merge of ``lo``, ``hi`` (``[B*nh, H*W, kd]``) into ``[B, 2*nh*kd, H, W]``.
+
+    Eager calls on plain tensors go straight to the native library (no dispatcher); anything
+    the dispatcher must see (torch.compile and export tracing, tensor subclasses such as fake
+    or functional tensors, dispatch and function modes) calls ``torch.ops.psa_tvm.merge_attn``.
+    Both run the same kernel with the same checks.
+    """
+    if (not _is_compiling() and type(lo) is _Tensor and type(hi) is _Tensor
+            and not _dispatch_modes() and not _function_modes()):
+        native = ops._NATIVE or ops._load_native()
+        if native:
+            try:
+                if _grad_enabled() and (lo.requires_grad or hi.requires_grad):
+                    return _native_autograd(native, lo, hi, num_heads, H, W)
+                return native.merge(lo, hi, num_heads, H, W, None)
+            except ops._NATIVE_MISSES as err:
+                ops._native_missed(err)
     return torch.ops.psa_tvm.merge_attn(lo, hi, num_heads, H, W)
+
+
+def _native_autograd(native, lo, hi, num_heads, height, width):
+    return _NativeMergeFn.apply(native, lo, hi, num_heads, height, width)
+
+
+class _NativeMergeFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, native, lo, hi, num_heads, height, width):
+        ctx.num_heads, ctx.key_dim = num_heads, lo.shape[2]
+        return native.merge(lo, hi, num_heads, height, width, None)
+
+    @staticmethod
+    def backward(ctx, grad):
+        d_lo, d_hi = torch.ops.psa_tvm.merge_attn_backward(grad.contiguous(), ctx.num_heads,
+                                                           ctx.key_dim)
+        return None, d_lo, d_hi, None, None, None
 
 
 def merge_attn_backward(d_merged: torch.Tensor, num_heads: int,

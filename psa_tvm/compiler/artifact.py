@@ -128,12 +128,14 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
 def build_artifacts(requests: Iterable[BuildRequest], out_dir: str | os.PathLike,
                     archs: Iterable[str] = DEFAULT_ARCHS, *, jobs: int | None = None,
                     compiler: str = "auto", progress: bool = False,
-                    keep_going: bool = False, cpu_configs: Iterable[OpConfig] = ()) -> Path:
+                    keep_going: bool = False, cpu_configs: Iterable[OpConfig] = (),
+                    native: bool = True) -> Path:
     """Build every GPU request and every CPU configuration into ``out_dir`` (in parallel) and
     merge them into its manifest.
 
     With ``keep_going`` a request that fails to build is reported and left out (tuning
-    candidates); otherwise the first failure is raised.
+    candidates); otherwise the first failure is raised. With ``native`` (the default) the
+    directory's native library is regenerated afterwards (:mod:`psa_tvm.compiler.native`).
     """
     arch_list = check_archs(list(archs))
     out = Path(out_dir)
@@ -172,7 +174,28 @@ def build_artifacts(requests: Iterable[BuildRequest], out_dir: str | os.PathLike
         cpu_entries = list(pool.map(run_cpu, cpu_configs))
     if bar is not None:
         bar.close()
-    return write_manifest(out, entries, cpu_entries)
+    path = write_manifest(out, entries, cpu_entries)
+    if native:
+        write_native(out)
+    return path
+
+
+def write_native(out: Path) -> None:
+    """Regenerate the directory's native library from its manifest. A missing compiler or CUDA
+    toolkit is a warning saying what to install, not a failure: the Python launcher still runs
+    every build."""
+    from psa_tvm.compiler.native import NativeBuildError, write_native_library
+
+    try:
+        result = write_native_library(out)
+    except NativeBuildError as err:
+        print(f"psa-tvm build: no native library written: {err}", file=sys.stderr)
+        return
+    for warning in result.warnings:
+        print(f"psa-tvm build: {warning}", file=sys.stderr)
+    for skipped in result.skipped:
+        print(f"psa-tvm build: {skipped.source} is not in the native library: {skipped.reason}",
+              file=sys.stderr)
 
 
 def write_manifest(out: Path, entries: list[dict], cpu_entries: Iterable[dict] = ()) -> Path:

@@ -1,0 +1,468 @@
+"""The native library of an artifact directory: one TVM-FFI shared library for every build.
+
+``psa-tvm build`` calls :func:`write_native_library` after it writes ``manifest.json``. The
+library embeds every build's fatbin, a kernel table generated from the manifest (entries,
+parameter order, launch dimensions translated from the manifest's TVMScript expressions to C++,
+variants ``vec``/``vec_kd``/``index_dtype``, the build each pass uses per GPU architecture) and
+the LLVM-built CPU kernels of every configuration, and exports ``merge_forward``,
+``merge_backward``, allocating forms and ``plan_forward``/``plan_backward`` (see docs/native.md).
+The C++ that does not depend on the manifest lives in ``native_template/``.
+
+Building it needs a C++17 compiler (``$CXX`` or ``g++``), and for the GPU half the CUDA headers
+and ``libcudart_static.a`` (``$CUDA_HOME``); both are looked up here and a missing one is
+reported with how to get it.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, ClassVar
+
+from psa_tvm.config import OpConfig
+from psa_tvm.errors import ArtifactNotFoundError
+from psa_tvm.runtime.env import cuda_roots
+from psa_tvm.runtime.manifest import MANIFEST_NAME
+from psa_tvm.runtime.native import LIBRARY_PREFIX, POINTER_NAME
+
+TEMPLATE_DIR = Path(__file__).with_name("native_template")
+_ROLES = {"lo": "kLo", "hi": "kHi", "out": "kOut", "g": "kG", "dlo": "kDlo", "dhi": "kDhi"}
+_ROLE_RANK = {"lo": 3, "hi": 3, "dlo": 3, "dhi": 3, "out": 5, "g": 5}
+_PASSES = {"forward": "kForward", "backward": "kBackward"}
+_KINDS = {"ptr": "kPtr", "int32": "kI32", "int64": "kI64"}
+_DTYPES = {"float32": (2, 32), "float16": (2, 16), "bfloat16": (4, 16)}  # DLPack code, bits
+_MAX_PARAMS, _MAX_SYMBOLS = 16, 8
+_DEFAULT_ARCH = "sm_0"  # an arch no tuned table names: the untuned choice
+_LOCK = threading.Lock()
+
+
+class NativeBuildError(RuntimeError):
+    """The native library cannot be built here (a tool is missing, or the compiler failed)."""
+
+
+def library_name(manifest_bytes: bytes) -> str:
+    """File name of the library generated from a manifest with these bytes."""
+    return f"{LIBRARY_PREFIX}{hashlib.sha1(manifest_bytes).hexdigest()[:12]}.so"
+
+
+# ----------------------------------------------------------------------------- toolchain
+@dataclass(frozen=True)
+class Toolchain:
+    cxx: str
+    tvm_ffi_include: tuple[str, ...]
+    tvm_ffi_lib: str
+    cuda_include: str | None
+    cudart_static: str | None
+
+
+def find_toolchain() -> Toolchain:
+    """The C++ compiler, TVM-FFI's headers and library, and (if present) the CUDA toolkit."""
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if not cxx or not shutil.which(cxx):
+        raise NativeBuildError(
+            "the native library needs a C++17 compiler and none was found (set $CXX, or install "
+            "g++: `apt-get install g++`, `dnf install gcc-c++` or `conda install gxx`)")
+    import tvm_ffi.libinfo as libinfo
+
+    includes = (libinfo.find_include_path(), libinfo.find_dlpack_include_path())
+    cuda_home = _cuda_home()
+    cuda_include = cudart = None
+    if cuda_home is not None:
+        inc = cuda_home / "include"
+        lib = next((p for p in (cuda_home / "lib64" / "libcudart_static.a",
+                                cuda_home / "lib" / "libcudart_static.a",
+                                cuda_home / "targets" / "x86_64-linux" / "lib"
+                                / "libcudart_static.a") if p.is_file()), None)
+        if (inc / "cuda_runtime.h").is_file() and lib is not None:
+            cuda_include, cudart = str(inc), str(lib)
+    return Toolchain(cxx, includes, libinfo.find_libtvm_ffi(), cuda_include, cudart)
+
+
+def _cuda_home() -> Path | None:
+    for candidate in cuda_roots():
+        if Path(candidate, "include", "cuda_runtime.h").is_file():
+            return Path(candidate)
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        home = Path(nvcc).resolve().parent.parent
+        if (home / "include" / "cuda_runtime.h").is_file():
+            return home
+    return None
+
+
+MISSING_CUDA = (
+    "the native library was built without its GPU half: no CUDA headers and libcudart_static.a "
+    "(CUDA >= 12.8) were found; install the CUDA toolkit (e.g. `apt-get install "
+    "cuda-toolkit-12-8`, or conda's `cuda-cudart-dev cuda-cudart-static`) and set $CUDA_HOME. "
+    "Until then CUDA calls run through the Python launcher")
+
+
+# ----------------------------------------------------------------------------- expressions
+class _CxxExpr(ast.NodeVisitor):
+    """A manifest launch expression (TVMScript: ``NV + 7 >> 3``, ``B * T.int64(8)``) as C++
+    over ``__int128`` (so no intermediate overflows; ``//``, ``%`` are floor operations)."""
+
+    _OPS: ClassVar[dict[type, str]] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*",
+                                       ast.RShift: ">>", ast.LShift: "<<"}
+
+    def __init__(self, symbols: dict[str, int]) -> None:
+        self.symbols = symbols
+
+    def visit_Constant(self, node: ast.Constant) -> str:
+        if isinstance(node.value, bool) or not isinstance(node.value, int):
+            raise ValueError(f"unsupported constant {node.value!r}")
+        return f"((__int128){node.value}LL)"
+
+    def visit_Name(self, node: ast.Name) -> str:
+        if node.id not in self.symbols:
+            raise ValueError(f"unknown symbol {node.id!r}")
+        return f"((__int128)s[{self.symbols[node.id]}])"
+
+    def visit_BinOp(self, node: ast.BinOp) -> str:
+        left, right = self.visit(node.left), self.visit(node.right)
+        if isinstance(node.op, ast.FloorDiv):
+            return f"psa_floordiv({left}, {right})"
+        if isinstance(node.op, ast.Mod):
+            return f"psa_floormod({left}, {right})"
+        op = self._OPS.get(type(node.op))
+        if op is None:
+            raise ValueError(f"unsupported operator {type(node.op).__name__}")
+        return f"({left} {op} {right})"
+
+    def visit_Call(self, node: ast.Call) -> str:
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name == "Cast":  # T.Cast("int64", x)
+            return self.visit(node.args[-1])
+        args = [self.visit(a) for a in node.args]
+        if name in ("int32", "int64") and len(args) == 1:
+            return args[0]
+        if name in ("min", "max") and len(args) == 2:
+            return f"psa_{name}({args[0]}, {args[1]})"
+        raise ValueError(f"unsupported call {ast.dump(node)}")
+
+    def generic_visit(self, node: ast.AST) -> str:
+        raise ValueError(f"unsupported expression node {type(node).__name__}")
+
+
+def cxx_expression(expr: str | int, symbols: dict[str, int]) -> str:
+    """C++ for one manifest expression; ``symbols`` maps names to indices of ``s[]``."""
+    tree = ast.parse(str(expr), mode="eval").body
+    return _CxxExpr(symbols).visit(tree)
+
+
+# ----------------------------------------------------------------------------- generation
+@dataclass(frozen=True)
+class _Skipped:
+    source: str
+    reason: str
+
+
+def _kernel_record(k: dict, index: int, build_index: int) -> tuple[str, str]:
+    """(dims function, Kernel initializer) for one manifest kernel record."""
+    symbols = list(k["symbols"])
+    if len(symbols) > _MAX_SYMBOLS or len(k["params"]) > _MAX_PARAMS:
+        raise ValueError("too many parameters or symbols")
+    sym_index = {name: i for i, name in enumerate(symbols)}
+    exprs = [cxx_expression(e, sym_index) for e in (*k["grid"], *k["block"])]
+    fn = f"psa_dims_{build_index}_{index}"
+    body = "".join(f"  o[{i}] = {e};\n" for i, e in enumerate(exprs))
+    dims = f"static void {fn}(const int64_t* s, __int128* o) {{\n  (void)s;\n{body}}}\n"
+    params = []
+    for p in k["params"]:
+        kind = _KINDS[p["type"]]
+        if p["type"] == "ptr":
+            if p.get("tensor") not in _ROLES:
+                raise ValueError(f"parameter {p['name']} names unknown tensor {p.get('tensor')!r}")
+            index_ = _ROLES[p["tensor"]]
+        else:
+            if p.get("symbol") not in sym_index:
+                raise ValueError(f"parameter {p['name']} names unknown symbol {p.get('symbol')!r}")
+            index_ = str(sym_index[p["symbol"]])
+        params.append(f"{{{kind}, {index_}, {json.dumps(p['name'])}}}")
+    syms = []
+    for name in symbols:
+        b = k["symbols"][name]
+        if b["tensor"] not in _ROLES or not 0 <= b["axis"] < _ROLE_RANK[b["tensor"]]:
+            raise ValueError(f"symbol {name} binds to {b['tensor']}[{b['axis']}]")
+        if int(b["divisor"]) < 1:
+            raise ValueError(f"symbol {name} has divisor {b['divisor']}")
+        syms.append(f"{{{json.dumps(name)}, {_ROLES[b['tensor']]}, {b['axis']}, "
+                    f"{int(b['divisor'])}}}")
+    vec = int(k["vec"])
+    vec_kd = int(k.get("vec_kd", vec))
+    record = (f"  {{{_PASSES[k['pass']]}, {vec}, {vec_kd}, "
+              f"{1 if k['index_dtype'] == 'int64' else 0}, {json.dumps(k['entry'])}, "
+              f"{len(params)}, {{{', '.join(params)}}}, {len(syms)}, {{{', '.join(syms)}}}, "
+              f"{fn}, {int(k.get('dynamic_smem_bytes', 0))}u}}")
+    return dims, record
+
+
+def _arch_number(arch: str) -> int:
+    return int(arch.removeprefix("sm_").removeprefix("compute_").rstrip("af"))
+
+
+def tuned_archs() -> list[str]:
+    """Architectures with a tuned table (the user's ``$PSA_TVM_SCHEDULES``, then shipped)."""
+    from psa_tvm.runtime import tuned
+    from psa_tvm.runtime.env import user_schedules_dir
+
+    folders = [user_schedules_dir(), tuned._SOURCE_TREE]
+    with contextlib.suppress(ModuleNotFoundError):
+        folders.append(Path(str(resources.files("psa_tvm.schedules"))))
+    names = {p.stem for folder in folders if folder is not None and folder.is_dir()
+             for p in folder.glob("sm_*.json")}
+    return sorted(names)
+
+
+def _choices(root: Path, config: OpConfig, index: dict[str, int]) -> tuple[list[int], list]:
+    """Build index per pass, untuned and per tuned arch: exactly the RuntimeOp's choice."""
+    from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
+
+    def pick(arch: str) -> list[int]:
+        try:
+            builds = PsaMergeAttnRuntimeOp(config.key_dim, config.num_heads, config.dtype,
+                                           artifacts=root, arch=arch).builds
+        except ArtifactNotFoundError:
+            return [-1, -1]
+        return [index.get(str(builds[p].source.relative_to(root)), -1)
+                for p in ("forward", "backward")]
+
+    default = pick(_DEFAULT_ARCH)
+    per_arch = []
+    for arch in tuned_archs():
+        chosen = pick(arch)
+        if chosen != default:
+            per_arch.append((_arch_number(arch), chosen))
+    return default, per_arch
+
+
+def generate_source(root: Path, manifest: dict, cpu_objects: dict[OpConfig, str],
+                    digest: str) -> tuple[str, list[_Skipped]]:
+    """The translation unit for ``manifest`` (its fatbins are included with ``.incbin``)."""
+    out: list[str] = ['#include "psa_native.h"', "", "namespace psa_native {", "",
+                      "static inline __int128 psa_floordiv(__int128 a, __int128 b) {",
+                      "  __int128 q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1"
+                      " : q; }",
+                      "static inline __int128 psa_floormod(__int128 a, __int128 b) {",
+                      "  __int128 r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;"
+                      " }",
+                      "static inline __int128 psa_min(__int128 a, __int128 b) "
+                      "{ return a < b ? a : b; }",
+                      "static inline __int128 psa_max(__int128 a, __int128 b) "
+                      "{ return a < b ? b : a; }", ""]
+    skipped: list[_Skipped] = []
+    builds: list[tuple[dict, list[str], list[tuple[str, str]]]] = []
+    for build in manifest["builds"]:
+        reason = None
+        if build.get("layout") not in (None, "default"):
+            reason = f"input layout {build['layout']!r} is not supported by the native library"
+        elif build["dtype"] not in _DTYPES:
+            reason = f"dtype {build['dtype']}"
+        records = []
+        if reason is None:
+            try:
+                kernels = sorted(build["kernels"], key=lambda k: (
+                    k["pass"], k["index_dtype"], -int(k.get("vec_kd", k["vec"])), -int(k["vec"])))
+                records = [_kernel_record(k, i, len(builds)) for i, k in enumerate(kernels)]
+            except (KeyError, ValueError) as err:
+                reason = f"kernel table: {err}"
+        if reason is None and not all((root / b["path"]).is_file() for b in build["binaries"]):
+            reason = "a binary is missing"
+        if reason is not None:
+            skipped.append(_Skipped(build["source"], reason))
+            continue
+        builds.append((build, [], records))
+
+    for b_index, (build, _, records) in enumerate(builds):
+        for dims, _ in records:
+            out.append(dims)
+        for i, binary in enumerate(build["binaries"]):
+            sym = f"psa_fatbin_{b_index}_{i}"
+            path = str((root / binary["path"]).resolve()).replace("\\", "\\\\").replace('"', '\\"')
+            out.append(f'__asm__(".section .rodata\\n.balign 64\\n.hidden {sym}\\n'
+                       f'.globl {sym}\\n{sym}:\\n.incbin \\"{path}\\"\\n.hidden {sym}_end\\n'
+                       f'.globl {sym}_end\\n{sym}_end:\\n.previous\\n");')
+            out.append(f'extern "C" const unsigned char {sym}[], {sym}_end[];')
+            sass = [_arch_number(a) for a in binary.get("archs", [])]
+            ptx = [_arch_number(a) for a in binary.get("ptx", [])]
+            out.append(f"static const int {sym}_sass[] = {{{', '.join(map(str, sass)) or '0'}}};")
+            out.append(f"static const int {sym}_ptx[] = {{{', '.join(map(str, ptx)) or '0'}}};")
+        out.append(f"static const Kernel psa_kernels_{b_index}[] = {{")
+        out.append(",\n".join(r for _, r in records))
+        out.append("};")
+        out.append(f"static const Binary psa_binaries_{b_index}[] = {{")
+        for i, binary in enumerate(build["binaries"]):
+            sym = f"psa_fatbin_{b_index}_{i}"
+            out.append(f"  {{{sym}, static_cast<size_t>({sym}_end - {sym}), {sym}_sass, "
+                       f"{len(binary.get('archs', []))}, {sym}_ptx, "
+                       f"{len(binary.get('ptx', []))}}},")
+        out.append("};")
+        out.append("")
+    out.append("extern const Build kBuilds[] = {")
+    for b_index, (build, _, records) in enumerate(builds):
+        out.append(f"  {{{json.dumps(build['source'])}, {json.dumps(build['schedule'])}, "
+                   f"psa_binaries_{b_index}, {len(build['binaries'])}, psa_kernels_{b_index}, "
+                   f"{len(records)}}},")
+    if not builds:
+        out.append('  {"", "", nullptr, 0, nullptr, 0},')
+    out.append("};")
+    out.append(f"extern const int kNumBuilds = {len(builds)};")
+    out.append("")
+
+    # Configurations: the union of the manifest's and the CPU kernels'.
+    index = {b["source"]: i for i, (b, _, _) in enumerate(builds)}
+    configs = sorted({OpConfig(b["key_dim"], b["num_heads"], b["dtype"])
+                      for b in manifest["builds"]} | set(cpu_objects),
+                     key=lambda c: (c.key_dim, c.num_heads, c.dtype))
+    info_configs = []
+    config_lines = []
+    out.append("}  // namespace psa_native")
+    out.append('extern "C" {')
+    for config in configs:
+        for pass_ in ("fwd", "bwd"):
+            if config in cpu_objects:
+                out.append(f"int __tvm_ffi_{_cpu_symbol(pass_, config)}(void*, const TVMFFIAny*,"
+                           " int32_t, TVMFFIAny*);")
+    out.append("}")
+    out.append("namespace psa_native {")
+    for c_index, config in enumerate(configs):
+        default, per_arch = _choices(root, config, index)
+        arch_table = f"psa_arch_{c_index}"
+        if per_arch:
+            rows = ", ".join(f"{{{a}, {{{f}, {b}}}}}" for a, (f, b) in per_arch)
+            out.append(f"static const ArchChoice {arch_table}[] = {{{rows}}};")
+        code, bits = _DTYPES[config.dtype]
+        cpu = ", ".join(f"__tvm_ffi_{_cpu_symbol(p, config)}" if config in cpu_objects
+                        else "nullptr" for p in ("fwd", "bwd"))
+        config_lines.append(
+            f"  {{{config.key_dim}, {config.num_heads}, {code}, {bits}, "
+            f"{json.dumps(config.dtype)}, {{{default[0]}, {default[1]}}}, "
+            f"{arch_table if per_arch else 'nullptr'}, {len(per_arch)}, {{{cpu}}}}},")
+        info_configs.append({"key_dim": config.key_dim, "num_heads": config.num_heads,
+                             "dtype": config.dtype, "cpu": config in cpu_objects,
+                             "builds": {"default": [builds[i][0]["source"] if i >= 0 else None
+                                                    for i in default],
+                                        **{f"sm_{a}": [builds[i][0]["source"] if i >= 0
+                                                       else None for i in chosen]
+                                           for a, chosen in per_arch}}})
+    out.append("extern const Config kConfigs[] = {")
+    out.extend(config_lines or ['  {0, 0, 0, 0, "", {-1, -1}, nullptr, 0, {nullptr, nullptr}},'])
+    out.append("};")
+    out.append(f"extern const int kNumConfigs = {len(configs)};")
+    out.append(f'extern const char kManifestDigest[] = "{digest}";')
+    info = {"manifest_digest": digest, "configs": info_configs,
+            "skipped": [{"source": s.source, "reason": s.reason} for s in skipped]}
+    out.append(f"extern const char kLibraryInfo[] = {json.dumps(json.dumps(info))};")
+    out.append("}  // namespace psa_native")
+    out.append("")
+    out.append('#include "psa_native_impl.h"')
+    return "\n".join(out) + "\n", skipped
+
+
+def _cpu_symbol(pass_: str, config: OpConfig) -> str:
+    return f"psa_cpu_{pass_}_{config.tag}"
+
+
+def compile_cpu_object(configs: list[OpConfig], path: Path) -> None:
+    """The LLVM-built CPU kernels of ``configs`` as one object file (TVM needed here only)."""
+    import tvm
+
+    from psa_tvm.compiler.compute import merge_backward, merge_forward
+
+    funcs = {}
+    for config in configs:
+        for pass_, compute in (("fwd", merge_forward), ("bwd", merge_backward)):
+            name = _cpu_symbol(pass_, config)
+            funcs[name] = compute(config, index_dtype="int64", name=name, align=config.itemsize)
+    executable = tvm.compile(tvm.IRModule(funcs), target="llvm")
+    executable.mod.write_to_file(str(path))
+
+
+def compile_library(source: str, out: Path, tools: Toolchain, objects: list[Path],
+                    workdir: Path) -> None:
+    cc = workdir / "psa_native.cc"
+    cc.write_text(source)
+    cuda = tools.cuda_include is not None
+    cmd = [tools.cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
+           f"-I{TEMPLATE_DIR}", *(f"-I{p}" for p in tools.tvm_ffi_include),
+           f"-DPSA_NATIVE_CUDA={1 if cuda else 0}"]
+    if cuda:
+        cmd.append(f"-I{tools.cuda_include}")
+    cmd += [str(cc), *map(str, objects), "-o", str(out),
+            f"-L{Path(tools.tvm_ffi_lib).parent}", "-ltvm_ffi", "-Wl,-Bsymbolic"]
+    if cuda:
+        cmd += [tools.cudart_static, "-Wl,--exclude-libs,ALL", "-lpthread", "-ldl", "-lrt"]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise NativeBuildError(f"compiling the native library failed ({' '.join(cmd)}):\n"
+                               f"{result.stderr[-4000:]}")
+
+
+@dataclass(frozen=True)
+class NativeLibraryResult:
+    path: Path
+    cuda: bool
+    cpu: bool
+    skipped: tuple[_Skipped, ...]
+    warnings: tuple[str, ...]
+
+
+def write_native_library(root: str | os.PathLike, *, cpu: bool = True) -> NativeLibraryResult:
+    """Generate and compile ``root``'s native library from its manifest (under the directory's
+    manifest lock, so concurrent builds into one directory do not interleave)."""
+    root = Path(root)
+    tools = find_toolchain()
+    warnings = [] if tools.cuda_include else [MISSING_CUDA]
+    with _LOCK, open(root / ".manifest.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        manifest_bytes = (root / MANIFEST_NAME).read_bytes()
+        manifest = json.loads(manifest_bytes)
+        target = root / library_name(manifest_bytes)
+        digest = target.stem.removeprefix(LIBRARY_PREFIX)
+        configs = sorted({OpConfig(b["key_dim"], b["num_heads"], b["dtype"])
+                          for b in (*manifest["builds"], *manifest.get("cpu_libraries", ()))},
+                         key=lambda c: c.tag)
+        with tempfile.TemporaryDirectory(prefix="psa_native_") as tmp:
+            work = Path(tmp)
+            objects: list[Path] = []
+            cpu_objects: dict[OpConfig, str] = {}
+            if cpu and configs:
+                try:
+                    compile_cpu_object(configs, work / "cpu.o")
+                    objects.append(work / "cpu.o")
+                    cpu_objects = {c: str(work / "cpu.o") for c in configs}
+                except ImportError as err:
+                    warnings.append(f"no CPU kernels in the native library: TVM is needed to "
+                                    f"build them ({err})")
+            source, skipped = generate_source(root, manifest, cpu_objects, digest)
+            tmp_out = work / target.name
+            compile_library(source, tmp_out, tools, objects, work)
+            (root / ".native").mkdir(exist_ok=True)
+            (root / ".native" / "psa_native.cc").write_text(source)  # for inspection
+            shutil.copyfile(tmp_out, root / f".{target.name}.tmp")
+            os.replace(root / f".{target.name}.tmp", target)
+        pointer = root / f".{POINTER_NAME}.tmp"
+        pointer.write_text(json.dumps({"library": target.name, "manifest_sha1": digest}))
+        os.replace(pointer, root / POINTER_NAME)
+        for old in root.glob(f"{LIBRARY_PREFIX}*.so"):
+            if old != target:  # a process that loaded it keeps its mapping
+                old.unlink(missing_ok=True)
+    return NativeLibraryResult(target, tools.cuda_include is not None, bool(cpu_objects),
+                               tuple(skipped), tuple(warnings))
+
+
+def native_info(result: NativeLibraryResult) -> dict[str, Any]:
+    return {"path": str(result.path), "cuda": result.cuda, "cpu": result.cpu,
+            "skipped": [s.__dict__ for s in result.skipped], "warnings": list(result.warnings)}

@@ -1,0 +1,98 @@
+// psa-tvm native run time: the data model of the generated kernel table.
+//
+// `psa_tvm/compiler/native.py` writes one translation unit per artifact directory: the embedded
+// fatbins, a `Kernel` record per manifest kernel (parameter order, launch-dimension function,
+// variant), a `Build` per manifest build, a `Config` per (key_dim, num_heads, dtype) with the
+// build each pass uses, and the LLVM-built CPU kernels. It then includes psa_native_impl.h, which
+// holds everything that does not depend on the manifest: validation, kernel choice, launching,
+// the CPU path and the exported TVM-FFI functions (see docs/native.md).
+#ifndef PSA_NATIVE_H_
+#define PSA_NATIVE_H_
+
+#include <tvm/ffi/c_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#ifndef PSA_NATIVE_CUDA
+#define PSA_NATIVE_CUDA 1
+#endif
+
+namespace psa_native {
+
+// Tensor roles a kernel parameter or shape symbol refers to (the manifest's tensor names).
+enum Role : int { kLo = 0, kHi, kOut, kG, kDlo, kDhi, kNumRoles };
+enum Pass : int { kForward = 0, kBackward = 1 };
+enum ParamKind : int { kPtr = 0, kI32 = 1, kI64 = 2 };
+
+constexpr int kMaxParams = 16;
+constexpr int kMaxSymbols = 8;
+
+struct Param {
+  ParamKind kind;
+  int index;  // a Role for pointers, a symbol index for scalars
+  const char* name;
+};
+
+struct Symbol {
+  const char* name;
+  int role;       // tensor whose shape gives the symbol (kernel view: lo [B*nh, N, kd], ...)
+  int axis;       // axis of that shape
+  int64_t divisor;
+};
+
+// Launch dimensions for concrete symbol values: out = grid x, y, z, block x, y, z.
+using DimsFn = void (*)(const int64_t* symbols, __int128* out);
+
+struct Kernel {
+  int pass;
+  int vec;      // width along N (the kernel needs N % vec == 0)
+  int vec_kd;   // width along kd (absent in the manifest: vec)
+  int index64;  // 1: int64 indexing
+  const char* entry;
+  int num_params;
+  Param params[kMaxParams];
+  int num_symbols;
+  Symbol symbols[kMaxSymbols];
+  DimsFn dims;
+  uint32_t dynamic_smem_bytes;
+};
+
+struct Binary {
+  const unsigned char* data;
+  size_t size;
+  const int* sass;  // SASS architectures, as major*10+minor
+  int num_sass;
+  const int* ptx;   // PTX virtual architectures
+  int num_ptx;
+};
+
+struct Build {
+  const char* source;    // the manifest's "source" (names the build in messages)
+  const char* schedule;
+  const Binary* binaries;
+  int num_binaries;
+  const Kernel* kernels;  // per (pass, index dtype): widest (vec_kd, vec) first
+  int num_kernels;
+};
+
+struct ArchChoice {
+  int arch;      // major*10+minor
+  int build[2];  // build index per pass, -1: none
+};
+
+struct Config {
+  int64_t key_dim;
+  int64_t num_heads;
+  uint8_t dtype_code;  // DLDataTypeCode
+  uint8_t dtype_bits;
+  const char* dtype_name;
+  int default_build[2];  // for GPUs without a tuned choice
+  const ArchChoice* arch_choices;
+  int num_arch_choices;
+  TVMFFISafeCallType cpu[2];  // LLVM-built CPU kernels (nullptr: none)
+};
+
+}  // namespace psa_native
+
+#endif  // PSA_NATIVE_H_

@@ -1,0 +1,557 @@
+"""The native library (one TVM-FFI shared library per artifact directory).
+
+CPU tests build a small artifact directory once per session (its native library is written by
+``build_artifacts``) and call the library with torch CPU tensors: exactness, every kind of bad
+input (the right Python exception, nothing written), a hypothesis fuzz of every exported
+function, calls from several threads, agreement with the RuntimeOp's kernel choice, and the
+CPU path with TVM unimportable. GPU tests (``@pytest.mark.gpu``) run the same library on CUDA
+tensors: exactness with canaries, stream ordering, CUDA graphs, threads, CuPy and JAX.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+import psa_tvm
+from psa_tvm import reference
+from psa_tvm.errors import ArtifactNotFoundError
+from psa_tvm.runtime import native as native_rt
+from tests.helpers import bitwise_equal, inputs, poisoned
+
+KD, NH = 32, 4
+C = 2 * NH * KD
+DTYPES = (torch.float16, torch.float32)
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
+                                reason="no C++ compiler (g++) to build the native library")
+
+
+@pytest.fixture(scope="session")
+def art(small_artifacts) -> Path:
+    root = small_artifacts
+    if native_rt.library_path(root) is None:
+        pytest.skip("the native library was not built (see the build's warnings)")
+    return root
+
+
+@pytest.fixture(scope="session")
+def lib(art) -> native_rt.NativeLibrary:
+    library = native_rt.load(art)
+    assert library is not None
+    return library
+
+
+@pytest.fixture
+def use_native(art, monkeypatch):
+    """psa_tvm.merge & co. use the small directory's library."""
+    monkeypatch.setenv("PSA_TVM_ARTIFACTS", str(art))
+    native_rt.forget()
+    yield
+    native_rt.forget()
+
+
+def half(batch, n):
+    return (batch * NH, n, KD)
+
+
+def merged(batch, height, width):
+    return (batch, C, height, width)
+
+
+def ref_backward(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """reference.merge_backward with N spelled out (it cannot infer it for B == 0)."""
+    batch, n = grad.shape[0], grad.shape[2] * grad.shape[3]
+    g = grad.reshape(batch, NH, 2, KD, n).permute(0, 1, 2, 4, 3)
+    return (g[:, :, 0].reshape(batch * NH, n, KD).contiguous(),
+            g[:, :, 1].reshape(batch * NH, n, KD).contiguous())
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+# ----------------------------------------------------------------------- exactness
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(1, 1, 1), (1, 20, 20), (2, 7, 13), (3, 4, 4), (0, 5, 5),
+                                   (2, 0, 3)])
+def test_forward_and_backward_exact(lib, dtype, shape):
+    batch, height, width = shape
+    n = height * width
+    lo, hi = inputs(half(batch, n), dtype, "cpu", 1), inputs(half(batch, n), dtype, "cpu", 2)
+    expected = reference.merge(lo, hi, NH, height, width)
+    out = poisoned(merged(batch, height, width), dtype, "cpu")
+    lib.merge_forward(lo, hi, out.tensor)
+    assert bitwise_equal(out.tensor, expected) and out.canaries_intact()
+    out = poisoned(merged(batch, height, width), dtype, "cpu")
+    assert lib.merge(lo, hi, NH, height, width, out.tensor) is None
+    assert bitwise_equal(out.tensor, expected) and out.canaries_intact()
+    fresh = lib.merge(lo, hi, NH, height, width, None)
+    assert isinstance(fresh, torch.Tensor) and bitwise_equal(fresh, expected)
+    assert bitwise_equal(lib.merge_forward_alloc(lo, hi, NH, height, width), expected)
+
+    grad = inputs(merged(batch, height, width), dtype, "cpu", 3)
+    ref_lo, ref_hi = ref_backward(grad)
+    d_lo, d_hi = poisoned(half(batch, n), dtype, "cpu"), poisoned(half(batch, n), dtype, "cpu")
+    lib.merge_backward(grad, d_lo.tensor, d_hi.tensor)
+    assert bitwise_equal(d_lo.tensor, ref_lo) and bitwise_equal(d_hi.tensor, ref_hi)
+    assert d_lo.canaries_intact() and d_hi.canaries_intact()
+    new_lo, new_hi = lib.merge_backward_alloc(grad, NH, KD)
+    assert bitwise_equal(new_lo, ref_lo) and bitwise_equal(new_hi, ref_hi)
+    d_hi = poisoned(half(batch, n), dtype, "cpu")
+    got = lib.merge_backward_grads(grad, NH, KD, None, d_hi.tensor)
+    assert got[1] is None and bitwise_equal(got[0], ref_lo) and bitwise_equal(d_hi.tensor, ref_hi)
+
+
+def test_flat_merged_shapes(lib):
+    """``[B, c, N]`` for the merged side works like ``[B, c, H, W]``."""
+    lo, hi = inputs(half(2, 35), torch.float16, "cpu", 1), inputs(half(2, 35), torch.float16,
+                                                                    "cpu", 2)
+    out = torch.empty(2, C, 35, dtype=torch.float16)
+    lib.merge_forward(lo, hi, out)
+    assert bitwise_equal(out, reference.merge(lo, hi, NH, 5, 7).view(2, C, 35))
+    d_lo, d_hi = torch.empty_like(lo), torch.empty_like(lo)
+    lib.merge_backward(out, d_lo, d_hi)
+    assert bitwise_equal(d_lo, lo) and bitwise_equal(d_hi, hi)
+
+
+def test_public_functions_use_the_library(use_native, lib, monkeypatch):
+    """psa_tvm.merge/merge_backward run the native library: TVM's CPU path is never reached."""
+    import psa_tvm.ops
+
+    monkeypatch.setattr(psa_tvm.ops, "cpu_kernels",
+                        lambda *a, **k: pytest.fail("the per-config CPU library was used"))
+    lo, hi = inputs(half(2, 35), torch.float32, "cpu", 1), inputs(half(2, 35), torch.float32,
+                                                                    "cpu", 2)
+    expected = reference.merge(lo, hi, NH, 5, 7)
+    assert bitwise_equal(psa_tvm.merge(lo, hi, NH, 5, 7), expected)
+    out = poisoned(merged(2, 5, 7), torch.float32, "cpu")
+    assert psa_tvm.merge(lo, hi, NH, 5, 7, out=out.tensor) is out.tensor
+    assert bitwise_equal(out.tensor, expected) and out.canaries_intact()
+    d_lo, d_hi = psa_tvm.merge_backward(expected, NH, KD)
+    assert bitwise_equal(d_lo, lo) and bitwise_equal(d_hi, hi)
+    given = torch.empty_like(lo)
+    d_lo, d_hi = psa_tvm.merge_backward(expected, NH, KD, d_hi=given)
+    assert d_hi is given and bitwise_equal(d_lo, lo) and bitwise_equal(d_hi, hi)
+
+
+def test_numpy_arrays_through_the_library(use_native, lib):
+    np = pytest.importorskip("numpy")
+    lo = np.random.default_rng(0).standard_normal(half(1, 12)).astype(np.float32)
+    hi = np.random.default_rng(1).standard_normal(half(1, 12)).astype(np.float32)
+    got = psa_tvm.merge(lo, hi, NH, 3, 4)
+    assert isinstance(got, np.ndarray)
+    expected = reference.merge(torch.from_numpy(lo), torch.from_numpy(hi), NH, 3, 4).numpy()
+    assert np.array_equal(got, expected)
+    d_lo, d_hi = psa_tvm.merge_backward(got, NH, KD)
+    assert isinstance(d_lo, np.ndarray) and np.array_equal(d_lo, lo) and np.array_equal(d_hi, hi)
+
+
+def test_missing_config_falls_back(use_native, lib):
+    """A configuration the library lacks takes the Python path, which says what is missing."""
+    lo, hi = inputs((2, 12, 8), torch.float32, "cpu", 1), inputs((2, 12, 8), torch.float32,
+                                                                 "cpu", 2)
+    with pytest.raises(native_rt.NativeArtifactNotFound, match="key_dim=8"):
+        lib.merge(lo, hi, 1, 3, 4, None)
+    with pytest.raises(ArtifactNotFoundError, match="CPU library"):
+        psa_tvm.merge(lo, hi, 1, 3, 4)
+
+
+def test_library_info(lib):
+    info = lib.info()
+    configs = {(c["key_dim"], c["num_heads"], c["dtype"]) for c in info["configs"]}
+    assert {(KD, NH, "float16"), (KD, NH, "float32")} <= configs
+    assert all(c["cpu"] for c in info["configs"])
+    assert info["manifest_digest"] in lib.path.name
+
+
+# ----------------------------------------------------------------------- agreement
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n,offset", [(400, 0), (400, 1), (401, 0), (64, 3), (1, 0),
+                                      (7 * 13, 0)])
+def test_choice_agrees_with_the_runtime_op(art, lib, arch, dtype, n, offset):
+    """Entry, grid, block, shared memory and arguments: library == PsaMergeAttnRuntimeOp."""
+    op = psa_tvm.PsaMergeAttnRuntimeOp(KD, NH, str(dtype).removeprefix("torch."),
+                                       artifacts=art, arch=arch)
+    numel = 2 * NH * n * KD  # of lo; the merged output has twice as many
+    base = torch.empty(4 * numel + 64, dtype=dtype)
+    lo = base[offset: offset + numel].view(half(2, n))
+    hi = base[numel + 16: 2 * numel + 16].view(half(2, n))
+    out = base[2 * numel + 32: 4 * numel + 32].view(2, C, n, 1)
+    plan = op.plan_forward([lo, hi], out, (n, 1))
+    entry, grid, block, smem, args, source, schedule = lib.plan_forward(lo, hi, out, arch)
+    assert (entry, tuple(grid), tuple(block), smem) == (plan.kernel.entry, plan.grid,
+                                                         plan.block, plan.shared_bytes)
+    assert [tuple(a) for a in args] == [tuple(a) for a in plan.args]
+    assert source == str(plan.build.source.relative_to(art)) and schedule == plan.build.schedule
+
+    g, d_lo, d_hi = out, lo, hi
+    plan = op.plan_backward(g, [d_lo, d_hi])
+    entry, grid, block, smem, args, source, _ = lib.plan_backward(g, d_lo, d_hi, arch)
+    assert (entry, tuple(grid), tuple(block), smem) == (plan.kernel.entry, plan.grid,
+                                                         plan.block, plan.shared_bytes)
+    assert [tuple(a) for a in args] == [tuple(a) for a in plan.args]
+
+
+def _fake_huge(shape, dtype="float16"):
+    """A huge array backed by untouched anonymous memory (MAP_NORESERVE: no RAM is used until
+    written): planning reads shapes and pointers only, never the memory."""
+    import mmap
+
+    np = pytest.importorskip("numpy")
+    count = 1
+    for size in shape:
+        count *= size
+    itemsize = np.dtype(dtype).itemsize
+    try:
+        region = mmap.mmap(-1, count * itemsize, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+                           | getattr(mmap, "MAP_NORESERVE", 0))
+    except OSError as err:
+        pytest.skip(f"cannot reserve {count * itemsize} bytes of address space: {err}")
+    _KEEP.append(region)
+    return np.frombuffer(region, dtype=dtype, count=count).reshape(shape)
+
+
+_KEEP: list = []
+
+
+@pytest.mark.parametrize("n", [2**31 // (2 * NH * KD) + 64, 2**31 // (2 * NH * KD) + 3])
+def test_int64_choice_agrees_past_2_to_31(art, lib, n):
+    lo, hi, out = _fake_huge(half(1, n)), _fake_huge(half(1, n)), _fake_huge((1, C, n, 1))
+    op = psa_tvm.PsaMergeAttnRuntimeOp(KD, NH, "float16", artifacts=art, arch="sm_90")
+    plan = op.plan_forward([lo, hi], out, (n, 1))
+    entry, grid, block, _, args, *_ = lib.plan_forward(lo, hi, out, "sm_90")
+    assert plan.kernel.index_dtype == "int64" and entry == plan.kernel.entry
+    assert (tuple(grid), tuple(block)) == (plan.grid, plan.block)
+    assert [tuple(x) for x in args] == [tuple(x) for x in plan.args]
+
+
+# ----------------------------------------------------------------------- bad inputs
+def _bad_cases():
+    f16 = torch.float16
+    lo, hi = inputs(half(2, 35), f16, "cpu", 1), inputs(half(2, 35), f16, "cpu", 2)
+    g = inputs(merged(2, 5, 7), f16, "cpu", 3)
+    return lo, hi, g
+
+
+BAD_FORWARD = [
+    # (description, args builder(lo, hi, out) -> args, error, fragments)
+    ("rank lo", lambda lo, hi, o: (lo[0], hi, NH, 5, 7, o), ValueError, ["lo", "3-D"]),
+    ("rank hi", lambda lo, hi, o: (lo, hi[None], NH, 5, 7, o), ValueError, ["hi", "3-D"]),
+    ("shape hi", lambda lo, hi, o: (lo, hi[:, :, :16].contiguous(), NH, 5, 7, o), ValueError,
+     ["hi", "shape of lo"]),
+    ("dtype hi", lambda lo, hi, o: (lo, hi.float(), NH, 5, 7, o), TypeError,
+     ["hi", "float16", "float32"]),
+    ("dtype both", lambda lo, hi, o: (lo.double(), hi.double(), NH, 5, 7, o), TypeError,
+     ["lo", "float64"]),
+    ("int dtype", lambda lo, hi, o: (lo.to(torch.int16), hi.to(torch.int16), NH, 5, 7, o),
+     TypeError, ["lo", "int16"]),
+    ("heads", lambda lo, hi, o: (lo, hi, 3, 5, 7, o), ValueError, ["num_heads=3"]),
+    ("H*W", lambda lo, hi, o: (lo, hi, NH, 5, 8, o), ValueError, ["H*W", "5*8"]),
+    ("bool heads", lambda lo, hi, o: (lo, hi, True, 5, 7, o), ValueError, ["num_heads", "True"]),
+    ("float heads", lambda lo, hi, o: (lo, hi, 4.0, 5, 7, o), ValueError, ["num_heads", "4.0"]),
+    ("str H", lambda lo, hi, o: (lo, hi, NH, "5", 7, o), ValueError, ["H"]),
+    ("negative W", lambda lo, hi, o: (lo, hi, NH, 5, -7, o), ValueError, ["W", "-7"]),
+    ("zero heads", lambda lo, hi, o: (lo, hi, 0, 5, 7, o), ValueError, ["num_heads", ">= 1"]),
+    ("strided lo", lambda lo, hi, o: (lo.transpose(1, 2).contiguous().transpose(1, 2), hi, NH,
+                                      5, 7, o), ValueError, ["lo", "contiguous"]),
+    ("out shape", lambda lo, hi, o: (lo, hi, NH, 5, 7, o[:1]), ValueError, ["out", "shape"]),
+    ("out dtype", lambda lo, hi, o: (lo, hi, NH, 5, 7, o.float()), TypeError, ["out", "dtype"]),
+    ("out strides", lambda lo, hi, o: (lo, hi, NH, 5, 7, o.transpose(2, 3).contiguous()
+                                       .transpose(2, 3)), ValueError, ["out", "contiguous"]),
+]
+
+
+@pytest.mark.parametrize("case", BAD_FORWARD, ids=[c[0] for c in BAD_FORWARD])
+def test_bad_forward_inputs(lib, case):
+    _, build, error, fragments = case
+    lo, hi, _ = _bad_cases()
+    out = poisoned(merged(2, 5, 7), torch.float16, "cpu")
+    args = build(lo, hi, out.tensor)
+    before = out.buffer.clone()
+    with pytest.raises(error) as info:
+        lib.merge(*args)
+    for fragment in fragments:
+        assert fragment in str(info.value), (fragment, str(info.value))
+    assert same_bytes(out.buffer, before), "a rejected call wrote"
+
+
+def test_overlapping_output_refused(lib):
+    buf = inputs((4 * 2 * NH * 35 * KD,), torch.float16, "cpu")
+    lo = buf[: NH * 35 * KD].view(half(1, 35))
+    hi = buf[NH * 35 * KD: 2 * NH * 35 * KD].view(half(1, 35))
+    before = buf.clone()
+    for start in (0, NH * 35 * KD // 2, NH * 35 * KD):  # on lo, half on lo, on hi
+        out = buf[start: start + 2 * NH * 35 * KD].view(1, C, 5, 7)
+        with pytest.raises(ValueError, match="disjoint"):
+            lib.merge_forward(lo, hi, out)
+        assert same_bytes(buf, before)
+    d_lo = buf[: NH * 35 * KD].view(half(1, 35))
+    g = buf[NH * 35 * KD // 2: NH * 35 * KD // 2 + 2 * NH * 35 * KD].view(1, C, 5, 7)
+    with pytest.raises(ValueError, match="disjoint"):
+        lib.merge_backward(g, d_lo, torch.empty_like(d_lo))
+    with pytest.raises(ValueError, match=r"d_hi.*disjoint from d_lo"):
+        lib.merge_backward(inputs((1, C, 5, 7), torch.float16, "cpu"), d_lo, d_lo)
+    assert same_bytes(buf, before)
+
+
+def test_misaligned_pointer_refused(lib):
+    np = pytest.importorskip("numpy")
+    count = 2 * NH * 35 * KD  # elements of lo
+    raw = np.zeros(2 * count + 2, dtype=np.uint8)
+    lo = np.frombuffer(raw.data, dtype=np.float16, count=count, offset=1).reshape(half(2, 35))
+    hi = np.ones(half(2, 35), dtype=np.float16)
+    out = np.full(merged(2, 5, 7), np.nan, dtype=np.float16)
+    with pytest.raises(ValueError, match=r"lo: data pointer .* not aligned"):
+        lib.merge_forward(lo, hi, out)
+    assert np.isnan(out).all()
+
+
+def test_backward_bad_inputs(lib):
+    _, _, g = _bad_cases()
+    d_lo, d_hi = poisoned(half(2, 35), torch.float16, "cpu"), poisoned(half(2, 35),
+                                                                        torch.float16, "cpu")
+    before = [d_lo.buffer.clone(), d_hi.buffer.clone()]
+    cases = [
+        ((g[0, 0], NH, KD, d_lo.tensor, d_hi.tensor), ValueError, "4-D"),
+        ((g[:, :-2].contiguous(), NH, KD, d_lo.tensor, d_hi.tensor), ValueError,
+         "2*num_heads*key_dim"),
+        ((g.float(), NH, KD, d_lo.tensor, d_hi.tensor), TypeError, "d_lo"),
+        ((g.double(), NH, KD, None, None), TypeError, "float64"),
+        ((g.transpose(2, 3), NH, KD, d_lo.tensor, d_hi.tensor), ValueError, "contiguous"),
+        ((g, NH, KD, d_lo.tensor[:1], d_hi.tensor), ValueError, "d_lo"),
+        ((g, NH, KD, d_lo.tensor, "x"), TypeError, "d_hi"),
+        ((g, NH, 0, None, None), ValueError, "key_dim"),
+        ((g, 2, 2 * KD, None, None), LookupError, "num_heads=2"),
+    ]
+    for args, error, fragment in cases:
+        with pytest.raises(error, match=re.escape(fragment)):
+            lib.merge_backward_grads(*args)
+    assert same_bytes(d_lo.buffer, before[0]) and same_bytes(d_hi.buffer, before[1])
+
+
+def test_wrong_argument_counts_and_types(lib):
+    lo, hi, g = _bad_cases()
+    out = torch.empty(merged(2, 5, 7), dtype=torch.float16)
+    for fn, args in [(lib.merge_forward, (lo, hi)), (lib.merge_forward, (lo, hi, out, out)),
+                     (lib.merge_forward, (lo, hi, 3)), (lib.merge_forward, (lo, "hi", out)),
+                     (lib.merge_backward, (g,)), (lib.merge, (lo, hi, NH, 5, 7)),
+                     (lib.merge_forward_alloc, (lo, None, NH, 5, 7)),
+                     (lib.plan_forward, (lo, hi, out)), (lib.plan_forward, (lo, hi, out, 90)),
+                     (lib.merge_backward_alloc, (g, NH))]:
+        with pytest.raises(TypeError):
+            fn(*args)
+    with pytest.raises(ValueError, match="arch"):
+        lib.plan_forward(lo, hi, out, "volta")
+    with pytest.raises(ValueError, match="arch"):
+        lib.plan_forward(lo, hi, out, "")  # CPU tensors: the arch must be named
+
+
+def test_huge_dims_refused_before_any_work(lib):
+    """Shapes whose element count overflows, grids past CUDA's limits: ValueError."""
+    small = torch.zeros(1, dtype=torch.float16)
+    huge = small.expand(2**22, 2**20, KD)  # zero strides: refused as not contiguous
+    with pytest.raises(ValueError, match="contiguous"):
+        lib.merge(huge, huge, NH, 2**10, 2**10, None)
+    # B = 8192 needs blockIdx.y = B * 8 = 65536 > 65535 (planning checks it, CPU tensors too)
+    lo = torch.zeros(8192 * NH, 1, KD, dtype=torch.float16)
+    out = torch.empty(8192, C, 1, 1, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"grid\[1\]=65536"):
+        lib.plan_forward(lo, lo.clone(), out, "sm_90")
+    np = pytest.importorskip("numpy")
+    empty = np.lib.stride_tricks.as_strided(np.zeros(1, np.float16), shape=(0, 2**31, 2**20),
+                                            strides=(0, 0, 0))
+    with pytest.raises(ValueError, match="too large"):  # 2*num_heads*key_dim overflows
+        lib.merge(empty, empty, 2**61, 2**31, 1, None)
+    with pytest.raises(ValueError, match="H\\*W"):  # H*W overflows
+        lib.merge(empty, empty, NH, 2**62, 2**62, None)
+    with pytest.raises(ValueError):
+        lib.merge_backward_alloc(empty, 2**61, 2**40)
+
+
+def test_zero_size_is_a_no_op(lib):
+    lo = torch.empty(0, 5, KD, dtype=torch.float16)
+    out = torch.empty(0, C, 1, 5, dtype=torch.float16)
+    lib.merge_forward(lo, lo.clone(), out)
+    assert lib.merge(lo, lo.clone(), NH, 1, 5, None).shape == (0, C, 1, 5)
+    # A configuration the library lacks is no error when there is nothing to do (as in Python).
+    lo8 = torch.empty(0, 5, 8, dtype=torch.float16)
+    assert lib.merge(lo8, lo8.clone(), 2, 5, 1, None).shape == (0, 32, 5, 1)
+
+
+# ----------------------------------------------------------------------- fuzz
+def test_fuzz_every_export(lib):
+    """Random, mostly wrong arguments to every exported function: a Python exception (ValueError,
+    TypeError, LookupError) or an exact result, never a crash, never a write when refused."""
+    hypothesis = pytest.importorskip("hypothesis")
+    st = pytest.importorskip("hypothesis.strategies")
+
+    dtypes = st.sampled_from([torch.float16, torch.float32, torch.bfloat16, torch.float64,
+                              torch.int32, torch.uint8, torch.bool])
+    dims = st.integers(0, 40) | st.sampled_from([KD, C, NH, 2 * NH, 35, 2**31, 2**62])
+
+    @st.composite
+    def tensor(draw):
+        rank = draw(st.integers(0, 5))
+        shape = [draw(dims) for _ in range(rank)]
+        numel = 1
+        for s in shape:
+            numel *= s
+        dtype = draw(dtypes)
+        hypothesis.assume(numel <= 1 << 50)  # torch's own limit on expanded views
+        if numel > 1 << 16:
+            t = torch.zeros(1, dtype=dtype).expand(*shape) if all(shape) else \
+                torch.empty(shape, dtype=dtype)
+        else:
+            t = inputs(shape, torch.float32, "cpu", draw(st.integers(0, 5))).to(dtype) \
+                if numel else torch.empty(shape, dtype=dtype)
+            if rank >= 2 and draw(st.booleans()):
+                t = t.transpose(0, rank - 1)
+        return t
+
+    def good_fwd(draw):
+        batch, height, width = draw(st.integers(0, 3)), draw(st.integers(0, 6)), \
+            draw(st.integers(0, 6))
+        dtype = draw(st.sampled_from(DTYPES))
+        lo = inputs(half(batch, height * width), dtype, "cpu", 1)
+        return lo, lo.clone() + 1, poisoned(merged(batch, height, width), dtype, "cpu"), \
+            (batch, height, width)
+
+    scalars = st.integers(-3, 70) | st.sampled_from([True, 2.5, "4", None, 2**62, -(2**62)])
+    allowed = (ValueError, TypeError, LookupError)
+    names = ("merge", "merge_forward", "merge_forward_alloc", "merge_backward",
+             "merge_backward_grads", "merge_backward_alloc", "plan_forward", "plan_backward")
+
+    @hypothesis.settings(max_examples=400, deadline=None, derandomize=True)
+    @hypothesis.given(data=st.data())
+    def run(data):
+        draw = data.draw
+        name = draw(st.sampled_from(names))
+        fn = getattr(lib, name)
+        lo, hi, out, (_, height, width) = good_fwd(draw)
+        # start from a valid call, then break some arguments
+        valid = {"merge": [lo, hi, NH, height, width, out.tensor],
+                 "merge_forward": [lo, hi, out.tensor],
+                 "merge_forward_alloc": [lo, hi, NH, height, width],
+                 "merge_backward": [out.tensor, lo.clone(), hi.clone()],
+                 "merge_backward_grads": [out.tensor, NH, KD, lo.clone(), None],
+                 "merge_backward_alloc": [out.tensor, NH, KD],
+                 "plan_forward": [lo, hi, out.tensor, "sm_90"],
+                 "plan_backward": [out.tensor, lo.clone(), hi.clone(), "sm_80"]}[name]
+        args = list(valid)
+        for _ in range(draw(st.integers(0, 3))):
+            i = draw(st.integers(0, len(args)))
+            kind = draw(st.sampled_from(["tensor", "scalar", "drop", "add"]))
+            if kind == "drop" and args:
+                args.pop(min(i, len(args) - 1))
+            elif kind == "add":
+                args.insert(i, draw(tensor() | scalars))
+            elif args:
+                args[min(i, len(args) - 1)] = draw(tensor()) if kind == "tensor" else \
+                    draw(scalars)
+        snapshot = out.buffer.clone()
+        try:
+            fn(*args)
+        except allowed:
+            assert same_bytes(out.buffer, snapshot), "a refused call wrote"
+            return
+        if args == valid and name in ("merge", "merge_forward"):
+            assert bitwise_equal(out.tensor, reference.merge(lo, hi, NH, height, width))
+        assert out.canaries_intact()
+
+    run()
+
+
+# ----------------------------------------------------------------------- threads
+def test_calls_from_several_threads(lib):
+    errors: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        try:
+            dtype = DTYPES[seed % 2]
+            for i in range(100):
+                batch, height, width = 1 + (seed + i) % 3, 3 + i % 5, 2 + seed % 4
+                n = height * width
+                lo = inputs(half(batch, n), dtype, "cpu", seed)
+                hi = inputs(half(batch, n), dtype, "cpu", seed + 1)
+                out = lib.merge(lo, hi, NH, height, width, None)
+                assert bitwise_equal(out, reference.merge(lo, hi, NH, height, width))
+                d_lo, d_hi = lib.merge_backward_alloc(out, NH, KD)
+                assert bitwise_equal(d_lo, lo) and bitwise_equal(d_hi, hi)
+        except BaseException as err:
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+# ----------------------------------------------------------------------- no TVM at run time
+def test_cpu_path_without_tvm(art, lib):
+    """psa_tvm.merge on CPU tensors with TVM unimportable: the library's LLVM kernels."""
+    script = f"""
+import sys
+sys.modules["tvm"] = None  # import tvm -> ImportError
+import torch, psa_tvm
+from psa_tvm import reference
+lo = torch.randn({NH}, 35, {KD}).half(); hi = torch.randn({NH}, 35, {KD}).half()
+out = psa_tvm.merge(lo, hi, {NH}, 5, 7)
+assert torch.equal(out.view(torch.int16), reference.merge(lo, hi, {NH}, 5, 7).view(torch.int16))
+d_lo, d_hi = psa_tvm.merge_backward(out, {NH}, {KD})
+assert torch.equal(d_lo, lo) and torch.equal(d_hi, hi)
+assert "tvm" not in [m.split(".")[0] for m, v in sys.modules.items() if v is not None]
+print("ok")
+"""
+    env = {**os.environ, "PSA_TVM_ARTIFACTS": str(art), "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr
+
+
+# ----------------------------------------------------------------------- torch op
+def test_merge_attn_eager_autograd_compile_export(use_native, lib):
+    import psa_tvm.torch as ptorch
+
+    lo = inputs(half(2, 35), torch.float32, "cpu", 1)
+    hi = inputs(half(2, 35), torch.float32, "cpu", 2)
+    expected = reference.merge(lo, hi, NH, 5, 7)
+    with torch.no_grad():
+        assert bitwise_equal(ptorch.merge_attn(lo, hi, NH, 5, 7), expected)
+    with torch.inference_mode():
+        assert bitwise_equal(ptorch.merge_attn(lo, hi, NH, 5, 7), expected)
+    a, b = lo.clone().requires_grad_(), hi.clone().requires_grad_()
+    merged_ = ptorch.merge_attn(a, b, NH, 5, 7)
+    assert merged_.grad_fn is not None and bitwise_equal(merged_.detach(), expected)
+    grad = inputs(merged(2, 5, 7), torch.float32, "cpu", 3)
+    merged_.backward(grad)
+    ref_lo, ref_hi = reference.merge_backward(grad, NH, KD)
+    assert bitwise_equal(a.grad, ref_lo) and bitwise_equal(b.grad, ref_hi)
+
+    def f(x, y):
+        return ptorch.merge_attn(x, y, NH, 5, 7) * 2
+
+    for dynamic in (False, True):
+        torch._dynamo.reset()
+        compiled = torch.compile(f, fullgraph=True, dynamic=dynamic, backend="aot_eager")
+        assert bitwise_equal(compiled(lo, hi), expected * 2)
+
+    class M(torch.nn.Module):
+        def forward(self, x, y):
+            return ptorch.merge_attn(x, y, NH, 5, 7)
+
+    exported = torch.export.export(M(), (lo, hi))
+    assert "psa_tvm.merge_attn" in str(exported.graph)
+    assert bitwise_equal(exported.module()(lo, hi), expected)
