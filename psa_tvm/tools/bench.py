@@ -201,6 +201,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--quick", action="store_true", help="a subset of the shapes")
     parser.add_argument("--out", default="bench-out")
+    parser.add_argument("--host", action="store_true",
+                        help="only the host time per call of each launch path vs torch copy_")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="with --host: which device's tensors")
     parser.add_argument("--replot", metavar="BENCH_JSON",
                         help="only redraw the table and plot of an earlier run (no GPU needed)")
 
@@ -215,6 +219,10 @@ def run_command(args: argparse.Namespace) -> int:
     if args.artifacts:
         env.set_artifacts_dir(args.artifacts)  # the torch op in host_overhead runs from them too
     args.artifacts = str(env.artifacts_override() or "") or None
+    if args.host:
+        from psa_tvm.tools.host_bench import main_host
+
+        return main_host(args.device)
     if args.replot:
         data = json.loads(Path(args.replot).read_text())
         schedules = [s for s in dict.fromkeys(r["impl"] for r in data["records"])
