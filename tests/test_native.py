@@ -612,7 +612,9 @@ def test_gpu_exact_with_canaries(gpu_lib, dtype, offset):
 @pytest.mark.gpu
 @pytest.mark.parametrize("offset", [0, 1])
 def test_gpu_choice_agrees_with_the_runtime_op(gpu_lib, gpu_artifacts, offset):
-    op = psa_tvm.PsaMergeAttnRuntimeOp(KD, NH, "float16", artifacts=gpu_artifacts)
+    major, minor = torch.cuda.get_device_capability()
+    op = psa_tvm.PsaMergeAttnRuntimeOp(KD, NH, "float16", artifacts=gpu_artifacts,
+                                       arch=f"sm_{major}{minor}")
     for n in (400, 401, 1, 64):
         lo = torch.empty(2 * NH * n * KD + offset, dtype=torch.float16, device="cuda")[offset:]
         lo = lo.view(half(2, n))
@@ -678,6 +680,8 @@ def test_gpu_cuda_graph_capture(gpu_lib):
     lo, hi = inputs(half(2, 400), torch.float16, "cuda", 1), inputs(half(2, 400),
                                                                     torch.float16, "cuda", 2)
     out = torch.empty(merged(2, 20, 20), dtype=torch.float16, device="cuda")
+    gpu_lib.merge_forward(lo, hi, out)  # warm up: fatbins load outside the capture
+    psa_tvm.merge_backward(ptorch.merge_attn(lo, hi, NH, 20, 20), NH, KD)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
