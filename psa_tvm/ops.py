@@ -43,7 +43,9 @@ def merge(lo: Any, hi: Any, num_heads: int, H: int, W: int, *, out: Any = None) 
         else:
             if out is not None:
                 return out
-            return result if _is_torch(lo) else native_rt.as_framework_array(lo, result)
+            if isinstance(result, native.tensor_type):  # no caller allocator: not torch input
+                return native_rt.as_framework_array(lo, result)
+            return result
     # Checked before the cache lookup: 4.0 == 4 and True == 1 would hit a validated entry.
     check_count("num_heads", num_heads)
     check_count("H", H, minimum=0)
@@ -88,7 +90,7 @@ def merge_backward(d_merged: Any, num_heads: int, key_dim: int, *, d_lo: Any = N
             if result is None:  # both given
                 return d_lo, d_hi
             new_lo, new_hi = result
-            if not _is_torch(d_merged):
+            if isinstance(new_lo if d_lo is None else new_hi, native.tensor_type):
                 new_lo, new_hi = (None if x is None else
                                   native_rt.as_framework_array(d_merged, x)
                                   for x in (new_lo, new_hi))

@@ -84,32 +84,33 @@ def merge_attn(lo: torch.Tensor, hi: torch.Tensor, num_heads: int, H: int,
     """
     if (not _is_compiling() and type(lo) is _Tensor and type(hi) is _Tensor
             and not _dispatch_modes() and not _function_modes()):
-        native = ops._NATIVE or ops._load_native()
+        native = ops._NATIVE
+        if native is None:
+            native = ops._load_native()
         if native:
             try:
                 if _grad_enabled() and (lo.requires_grad or hi.requires_grad):
-                    return _native_autograd(native, lo, hi, num_heads, H, W)
+                    return _NativeMerge.apply(lo, hi, num_heads, H, W)
                 return native.merge(lo, hi, num_heads, H, W, None)
             except ops._NATIVE_MISSES as err:
                 ops._native_missed(err)
     return torch.ops.psa_tvm.merge_attn(lo, hi, num_heads, H, W)
 
 
-def _native_autograd(native, lo, hi, num_heads, height, width):
-    return _NativeMergeFn.apply(native, lo, hi, num_heads, height, width)
+class _NativeMerge(torch.autograd.Function):
+    """Eager autograd on the native library: the op's autograd formula without the dispatcher
+    (``merge_attn`` takes this path only when the library is loaded)."""
 
-
-class _NativeMergeFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, native, lo, hi, num_heads, height, width):
-        ctx.num_heads, ctx.key_dim = num_heads, lo.shape[2]
-        return native.merge(lo, hi, num_heads, height, width, None)
+    def forward(ctx, lo, hi, num_heads, height, width):
+        ctx.num_heads = num_heads
+        return ops._NATIVE.merge(lo, hi, num_heads, height, width, None)
 
     @staticmethod
     def backward(ctx, grad):
         d_lo, d_hi = torch.ops.psa_tvm.merge_attn_backward(grad.contiguous(), ctx.num_heads,
-                                                           ctx.key_dim)
-        return None, d_lo, d_hi, None, None, None
+                                                           grad.shape[1] // (2 * ctx.num_heads))
+        return d_lo, d_hi, None, None, None
 
 
 def merge_attn_backward(d_merged: torch.Tensor, num_heads: int,

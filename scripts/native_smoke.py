@@ -31,6 +31,7 @@ def main() -> int:
             lo = lo.view(batch * nh, n, kd)
             hi = torch.randn(batch * nh, n, kd, device="cuda").to(dtype)
             out = torch.empty(batch, 2 * nh * kd, height, width, device="cuda", dtype=dtype)
+            side.wait_stream(torch.cuda.current_stream())  # inputs were made on this stream
             with torch.cuda.stream(side):
                 lib.merge_forward(lo, hi, out)
                 fresh = psa_tvm.merge(lo, hi, nh, height, width)

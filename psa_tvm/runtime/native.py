@@ -43,6 +43,7 @@ class NativeLibrary:
     merge_backward_alloc: Any  # (d_merged, num_heads, key_dim) -> [d_lo, d_hi]
     plan_forward: Any  # (lo, hi, out, arch) -> [entry, grid, block, smem, args, source, sched]
     plan_backward: Any  # (d_merged, d_lo, d_hi, arch) -> the same
+    tensor_type: type  # tvm_ffi.Tensor: what allocating calls return without torch tensors
 
     def info(self) -> dict:
         """What the library holds: configurations, the build per pass and arch, CPU kernels."""
@@ -112,7 +113,7 @@ def _open(path: Path) -> NativeLibrary:
     module = tvm_ffi.load_module(str(path))
     names = ("merge", "merge_forward", "merge_forward_alloc", "merge_backward",
              "merge_backward_grads", "merge_backward_alloc", "plan_forward", "plan_backward")
-    return NativeLibrary(path, module, *(module[name] for name in names))
+    return NativeLibrary(path, module, *(module[name] for name in names), tvm_ffi.Tensor)
 
 
 # Callbacks run by forget(): callers that cache a library (psa_tvm.ops) register here.

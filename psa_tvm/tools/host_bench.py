@@ -52,6 +52,8 @@ def host_table(device: str = "cuda", *, batch: int = 1, height: int = 20, width:
     paths: dict[str, Callable[[], object]] = {
         "torch copy_ (same bytes)": lambda: out.copy_(src),
         "eager stack+permute+reshape": lambda: reference.merge(*args),
+        "torch.add (one allocating eager op)": lambda: torch.add(lo, hi),
+        "torch.empty_like(out)": lambda: torch.empty_like(out),
         "psa_tvm.merge(out=)": lambda: psa_tvm.merge(*args, out=out),
         "psa_tvm.merge (allocating)": lambda: psa_tvm.merge(*args),
         "merge_attn eager, no grad": lambda: psa_torch.merge_attn(*args),
@@ -61,11 +63,11 @@ def host_table(device: str = "cuda", *, batch: int = 1, height: int = 20, width:
             torch.ops.psa_tvm.merge_attn(*args)),
     }
     if lib is not None:
-        paths = {**dict(list(paths.items())[:2]),
+        paths = {**dict(list(paths.items())[:4]),
                  "native merge_forward(lo, hi, out)": lambda: lib.merge_forward(lo, hi, out),
                  "native merge(..., out)": lambda: lib.merge(*args, out),
                  "native merge(..., None) (allocating)": lambda: lib.merge(*args, None),
-                 **dict(list(paths.items())[2:])}
+                 **dict(list(paths.items())[4:])}
     if device == "cuda":
         op = psa_tvm.PsaMergeAttnRuntimeOp(key_dim, num_heads, dtype)
         stream = torch.cuda.current_stream().cuda_stream
