@@ -801,3 +801,29 @@ def test_gpu_jax_arrays(gpu_lib):
     torch.cuda.synchronize()
     assert (jax.device_get(d_lo) == lo_t.numpy()).all()
     assert (jax.device_get(d_hi) == hi_t.numpy()).all()
+
+
+@pytest.mark.gpu
+def test_gpu_int64_kernels_past_2_to_31(gpu_lib):
+    """lo/hi of 2**31+ elements each: the library picks the int64 variants, still exact."""
+    batch, height, width = 65, 512, 512
+    n = height * width
+    assert batch * NH * n * KD > 2**31 - 1
+    lo = torch.empty(half(batch, n), dtype=torch.float16, device="cuda")
+    hi = torch.empty_like(lo)
+    lo.view(-1)[: 1 << 20].copy_(inputs((1 << 20,), torch.float16, "cuda"))
+    lo.view(-1)[1 << 20:].fill_(1.5)
+    lo.view(-1)[-(1 << 20):].copy_(inputs((1 << 20,), torch.float16, "cuda", 1))
+    hi.fill_(-2.25)
+    hi.view(-1)[-(1 << 20):].copy_(inputs((1 << 20,), torch.float16, "cuda", 2))
+    out = torch.full(merged(batch, height, width), float("nan"), dtype=torch.float16,
+                     device="cuda")
+    entry = gpu_lib.plan_forward(lo, hi, out, "")[0]
+    assert entry.endswith("_i64_kernel"), entry
+    gpu_lib.merge_forward(lo, hi, out)
+    assert bitwise_equal(out, reference.merge(lo, hi, NH, height, width))
+    lo.fill_(float("nan"))
+    hi.fill_(float("nan"))
+    gpu_lib.merge_backward(out, lo, hi)
+    ref_lo, ref_hi = ref_backward(out)
+    assert bitwise_equal(lo, ref_lo) and bitwise_equal(hi, ref_hi)
