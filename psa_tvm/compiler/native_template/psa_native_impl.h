@@ -253,6 +253,10 @@ inline int64_t CheckCount(const char* name, const ffi::AnyView& v, int64_t minim
     os << v.cast<double>();
     got = os.str();
     if (got.find_first_of(".eEni") == std::string::npos) got += ".0";
+  } else if (auto text = v.try_cast<ffi::String>()) {
+    got = "'" + std::string(*text) + "'";  // as Python's repr
+  } else if (v.type_index() == ffi::TypeIndex::kTVMFFINone) {
+    got = "None";
   } else {
     got = "a " + std::string(v.GetTypeKey());
   }
