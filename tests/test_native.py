@@ -10,6 +10,7 @@ tensors: exactness with canaries, stream ordering, CUDA graphs, threads, CuPy an
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -171,7 +172,9 @@ def test_library_info(lib):
     configs = {(c["key_dim"], c["num_heads"], c["dtype"]) for c in info["configs"]}
     assert {(KD, NH, "float16"), (KD, NH, "float32")} <= configs
     assert all(c["cpu"] for c in info["configs"])
-    assert info["manifest_digest"] in lib.path.name
+    pointer = json.loads((lib.path.parent / native_rt.POINTER_NAME).read_text())
+    assert pointer["library"] == lib.path.name
+    assert info["manifest_digest"] == pointer["manifest_sha1"]
 
 
 # ----------------------------------------------------------------------- agreement

@@ -51,9 +51,19 @@ class NativeBuildError(RuntimeError):
     """The native library cannot be built here (a tool is missing, or the compiler failed)."""
 
 
+def _generator_digest() -> bytes:
+    """This generator and its C++ templates: editing them must give the library a new name
+    (a process that loaded the old file keeps it mapped, and dlopen of a known path reuses it)."""
+    sha = hashlib.sha1(Path(__file__).read_bytes())
+    for header in sorted(TEMPLATE_DIR.glob("*.h")):
+        sha.update(header.read_bytes())
+    return sha.digest()
+
+
 def library_name(manifest_bytes: bytes) -> str:
     """File name of the library generated from a manifest with these bytes."""
-    return f"{LIBRARY_PREFIX}{hashlib.sha1(manifest_bytes).hexdigest()[:12]}.so"
+    digest = hashlib.sha1(manifest_bytes + _generator_digest()).hexdigest()[:12]
+    return f"{LIBRARY_PREFIX}{digest}.so"
 
 
 # ----------------------------------------------------------------------------- toolchain
@@ -430,7 +440,7 @@ def write_native_library(root: str | os.PathLike, *, cpu: bool = True) -> Native
         manifest_bytes = (root / MANIFEST_NAME).read_bytes()
         manifest = json.loads(manifest_bytes)
         target = root / library_name(manifest_bytes)
-        digest = target.stem.removeprefix(LIBRARY_PREFIX)
+        digest = hashlib.sha1(manifest_bytes).hexdigest()[:12]
         configs = sorted({OpConfig(b["key_dim"], b["num_heads"], b["dtype"])
                           for b in (*manifest["builds"], *manifest.get("cpu_libraries", ()))},
                          key=lambda c: c.tag)
