@@ -128,6 +128,11 @@ def cmd_build(args: argparse.Namespace) -> int:
                            cpu_configs=cpu_configs)
     print(f"wrote {len(requests)} GPU builds for {args.arch} and {len(cpu_configs)} CPU "
           f"libraries to {path}")
+    from psa_tvm.runtime.native import library_path
+
+    native = library_path(path.parent)
+    if native is not None:
+        print(f"wrote the native library {native} (docs/native.md)")
     return 0
 
 
@@ -157,7 +162,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     batch, height, width = args.shape
     with tempfile.TemporaryDirectory() as tmp:
-        build_artifacts([BuildRequest(config, args.schedule)], tmp, [args.arch])
+        build_artifacts([BuildRequest(config, args.schedule)], tmp, [args.arch], native=False)
         build = Manifest.load(tmp).find(config, args.schedule)
         op = PsaMergeAttnRuntimeOp(config.key_dim, config.num_heads, config.dtype,
                                    schedule=args.schedule, artifacts=tmp, arch=args.arch)

@@ -1,7 +1,10 @@
 """``merge`` and ``merge_backward``: the op as plain functions, dispatching on the device.
 
 CPU tensors (torch or numpy) run the LLVM build of the TensorIR, CUDA tensors the prebuilt
-kernels; neither needs TVM at run time, only the artifacts that ``psa-tvm build`` writes.
+kernels; neither needs TVM at run time, only the artifacts that ``psa-tvm build`` writes. When
+the artifact directory has a native library (``psa_tvm_native-*.so``, docs/native.md) calls go
+straight to it: validation, kernel choice and launch in C++ through TVM-FFI. Calls it cannot
+take (a configuration it lacks, arguments tvm-ffi cannot convert) run the Python path below.
 Outputs may be passed in (``out=``, ``d_lo=``/``d_hi=``); otherwise they are allocated like the
 input.
 """

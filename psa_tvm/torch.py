@@ -4,7 +4,8 @@ The ops are declared with schemas and given CUDA and CPU kernels plus fake (meta
 implementations, so ``torch.compile(fullgraph=True)`` traces them with no graph break and with
 dynamic shapes. On CUDA they launch on ``torch.cuda.current_stream()`` of the tensors' device
 and allocate only through torch, so they can be captured in a CUDA graph. On CPU they run the
-LLVM build of the same TensorIR.
+LLVM build of the same TensorIR. Eager calls of :func:`merge_attn` on plain tensors skip the
+dispatcher and call the native library directly (docs/native.md).
 """
 
 from __future__ import annotations

@@ -563,6 +563,94 @@ def test_merge_attn_eager_autograd_compile_export(use_native, lib):
     assert bitwise_equal(exported.module()(lo, hi), expected)
 
 
+# ----------------------------------------------------------------------- building
+def test_missing_compiler_says_what_to_install(monkeypatch):
+    from psa_tvm.compiler import native as gen
+
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    with pytest.raises(gen.NativeBuildError, match=r"g\+\+"):
+        gen.find_toolchain()
+
+
+def test_library_without_cuda_runs_on_the_cpu(small_artifacts, tmp_path, monkeypatch):
+    """No CUDA toolkit: a CPU-only library, and a warning saying what to install."""
+    from psa_tvm.compiler import native as gen
+
+    root = tmp_path / "art"
+    shutil.copytree(small_artifacts, root)
+    for old in root.glob(f"{native_rt.LIBRARY_PREFIX}*.so"):
+        old.unlink()
+    monkeypatch.setattr(gen, "_cuda_home", lambda: None)
+    result = gen.write_native_library(root)
+    assert not result.cuda and result.cpu
+    assert any("CUDA toolkit" in w for w in result.warnings)
+    library = native_rt._open(result.path)
+    lo, hi = inputs(half(1, 6), torch.float32, "cpu", 1), inputs(half(1, 6), torch.float32,
+                                                                 "cpu", 2)
+    assert bitwise_equal(library.merge(lo, hi, NH, 2, 3, None), reference.merge(lo, hi, NH, 2, 3))
+
+
+@pytest.mark.parametrize("expr,symbols,expected", [
+    ("NV + 7 >> 3", {"NV": 17}, 3), ("B * T.int64(8)", {"B": 5}, 40),
+    ("(NV + 127) // 128", {"NV": 129}, 2), ("T.min(B, 4) % 3", {"B": 7}, 1),
+    ("T.Cast(\"int64\", NV) - 1", {"NV": 0}, -1), ("-7 // 2", {}, -4), ("-7 % 3", {}, 2),
+])
+def test_launch_expressions_compile_to_the_same_values(tmp_path, expr, symbols, expected):
+    """The manifest's TVMScript expressions in C++: floor // and %, casts, min/max."""
+    from psa_tvm.compiler.native import cxx_expression
+    from psa_tvm.runtime.manifest import evaluate
+
+    assert evaluate(expr.replace("-7", "(0 - 7)"), symbols) == expected
+    names = {n: i for i, n in enumerate(symbols)}
+    body = cxx_expression(expr.replace("-7", "(0 - 7)"), names)
+    values = ", ".join(str(v) for v in symbols.values()) or "0"
+    src = tmp_path / "e.cc"
+    src.write_text(f"""#include <cstdint>
+#include <cstdio>
+static __int128 psa_floordiv(__int128 a, __int128 b) {{
+  __int128 q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }}
+static __int128 psa_floormod(__int128 a, __int128 b) {{
+  __int128 r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}
+static __int128 psa_min(__int128 a, __int128 b) {{ return a < b ? a : b; }}
+static __int128 psa_max(__int128 a, __int128 b) {{ return a < b ? b : a; }}
+int main() {{ const int64_t s[] = {{{values}}}; (void)s;
+  std::printf("%lld", static_cast<long long>({body})); }}
+""")
+    exe = tmp_path / "e"
+    subprocess.run([os.environ.get("CXX", "g++"), "-std=c++17", str(src), "-o", str(exe)],
+                   check=True)
+    assert int(subprocess.run([str(exe)], capture_output=True, text=True).stdout) == expected
+
+
+def test_unsupported_expressions_are_refused():
+    from psa_tvm.compiler.native import cxx_expression
+
+    for expr in ("NV / 2", "foo(NV)", "NV if B else 1", "M + 1", "1.5"):
+        with pytest.raises(ValueError):
+            cxx_expression(expr, {"NV": 0, "B": 1})
+
+
+def test_cpp_example_on_the_cpu(art, tmp_path):
+    """examples/cpp: CMake against tvm-ffi's package, forward + backward, no Python."""
+    if shutil.which("cmake") is None:
+        pytest.skip("no cmake")
+    import tvm_ffi.libinfo
+
+    build = tmp_path / "build"
+    configure = subprocess.run(
+        ["cmake", "-S", str(ROOT / "examples" / "cpp"), "-B", str(build),
+         f"-DPython_EXECUTABLE={sys.executable}",
+         f"-Dtvm_ffi_ROOT={tvm_ffi.libinfo.find_cmake_path()}"],
+        capture_output=True, text=True)
+    assert configure.returncode == 0, configure.stderr
+    compiled = subprocess.run(["cmake", "--build", str(build)], capture_output=True, text=True)
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+    run = subprocess.run([str(build / "psa_native_example"), str(native_rt.library_path(art)),
+                          "cpu"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and "exact" in run.stdout, run.stdout + run.stderr
+    assert "refused as expected: ValueError" in run.stdout
+
+
 # ======================================================================= GPU
 def _gpu_lib(gpu_artifacts) -> native_rt.NativeLibrary:
     library = native_rt.load(gpu_artifacts)
