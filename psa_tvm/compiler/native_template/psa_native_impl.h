@@ -727,6 +727,11 @@ inline void Run(int pass, const Dims& d, const Arg& first, const uintptr_t* ptrs
     LaunchCuda(plan, dev.device_id, arch, ptrs);
     return;
   }
+#else
+  if (dev.device_type == kDLCUDA) {  // the caller may run it another way (psa_tvm falls back)
+    PSA_THROW_MISSING << "this psa-tvm native library was built without CUDA (no CUDA toolkit "
+                      << "where `psa-tvm build` ran)";
+  }
 #endif
   TVM_FFI_THROW(ValueError) << first.name << ": expected a CPU or CUDA tensor, got device "
                             << DeviceStr(dev);
