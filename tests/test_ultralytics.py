@@ -132,7 +132,7 @@ def _close(got: torch.Tensor, want: torch.Tensor, rel: float) -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_yolo11_patched_matches_stock(yaml, dtype):
     model = _detection_model(yaml).cuda().to(dtype)
-    x = inputs((2, 3, 640, 640), dtype, "cuda")
+    x = inputs((2, 3, 320, 320), dtype, "cuda")
     rel = 1e-4 if dtype == torch.float32 else 2e-2
     model.eval()
     with torch.no_grad():
