@@ -161,12 +161,57 @@ def bench_block(c1: int, batch: int, size: int, dtype: torch.dtype) -> list[dict
     return records
 
 
+def bench_layout(dim: int, batch: int, size: int, dtype: torch.dtype) -> list[dict]:
+    """Each layout kernel's bandwidth (bytes read + written per second) against a device copy
+    of its output's size."""
+    from psa_tvm.layouts import GATHER_OUTPUT, SCATTER_OUTPUT, STREAM_OPS
+    from psa_tvm.runtime.stream_op import PsaStreamRuntimeOp
+
+    nh = max(dim // 64, 1)
+    kd = dim // nh // 2
+    n = size * size
+    stream = torch.cuda.current_stream().cuda_stream
+    records = []
+    for name, op in STREAM_OPS.items():
+        runtime = PsaStreamRuntimeOp(name, kd, nh, str(dtype).removeprefix("torch."))
+        for pass_ in op.passes:
+            shapes = op.kernel_shapes(pass_, batch, n, nh, kd)
+            tensors = {t: torch.randn(shape, device="cuda", dtype=dtype)
+                       for t, shape in shapes.items()}
+            output = GATHER_OUTPUT if pass_ == "forward" else SCATTER_OUTPUT
+            read = sum(t.numel() for k, t in tensors.items() if k != output)
+            src = torch.randn(tensors[output].numel(), device="cuda", dtype=dtype)
+            dst = torch.empty_like(src)
+
+            def kernel(tensors=tensors, runtime=runtime, pass_=pass_):
+                runtime.launch(pass_, tensors, batch, n, stream)
+
+            kernel()
+            t_kernel, _ = kernel_times(kernel, 20)
+            t_copy, _ = kernel_times(lambda src=src, dst=dst: dst.copy_(src), 20)
+            moved = (read + dst.numel()) * src.element_size()
+            records.append({"part": "layout", "op": name, "pass": pass_, "dim": dim,
+                            "batch": batch, "size": size,
+                            "dtype": str(dtype).removeprefix("torch."), "mbytes": moved / 1e6,
+                            "kernel_us": t_kernel, "kernel_gbps": moved / t_kernel / 1e3,
+                            "copy_us_same_output": t_copy,
+                            "copy_gbps": 2 * dst.numel() * src.element_size() / t_copy / 1e3})
+    return records
+
+
 def markdown(records: list[dict]) -> str:
     rows = ["| part | shape (dim, B, HxW) | dtype | mode | impl | GPU us | wall us | "
             "x stock (GPU) | pack+merge % |", "|---|---|---|---|---|---|---|---|---|"]
     stock = {(r["part"], r["dim"], r["batch"], r["size"], r["dtype"], r["mode"]): r["gpu_us"]
              for r in records if r.get("impl") == "stock" and "gpu_us" in r}
     for r in records:
+        if r.get("part") == "layout":
+            rows.append(f"| layout {r['op']}/{r['pass']} | {r['dim']}, {r['batch']}, "
+                        f"{r['size']}x{r['size']} | {r['dtype']} | {r['mbytes']:.1f} MB | "
+                        f"{r['kernel_gbps']:.0f} GB/s vs copy {r['copy_gbps']:.0f} GB/s | "
+                        f"{r['kernel_us']:.1f} | | "
+                        f"{r['kernel_gbps'] / r['copy_gbps']:.2f} of copy | |")
+            continue
         if "impl" not in r:
             continue
         key = (r["part"], r["dim"], r["batch"], r["size"], r["dtype"], r["mode"])
@@ -227,7 +272,9 @@ def run(args: argparse.Namespace) -> int:
              ("targets", "bfloat16", "training"), ("grid", "float16", "training"),
              ("grid", "bfloat16", "inference"), ("grid", "bfloat16", "training")]
     groups = {"targets": TARGET_SHAPES, "grid": GRID_SHAPES}
-    cases: list[tuple] = [("block", 256, 1, 20, torch.float16),
+    cases: list[tuple] = [("layout", 256, 64, 80, torch.float16),
+                          ("layout", 384, 16, 40, torch.float16),
+                          ("block", 256, 1, 20, torch.float16),
                           ("block", 512, 1, 20, torch.float16)]
     cases += [("core", dim, b, size, getattr(torch, dtype), mode)
               for group, dtype, mode in order
@@ -237,7 +284,9 @@ def run(args: argparse.Namespace) -> int:
         if time.perf_counter() - start > args.budget_s:
             records.append({"part": "note", "skipped": f"budget reached before {case}"})
             break
-        if case[0] == "block":
+        if case[0] == "layout":
+            records.extend(bench_layout(*case[1:]))
+        elif case[0] == "block":
             records.extend(bench_block(*case[1:]))
         else:
             records.extend(bench_core(*case[1:]))
