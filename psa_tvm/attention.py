@@ -368,6 +368,30 @@ def _sdpa_attention(qkv, num_heads, key_dim, height, width):
     return merge_heads(_nhd(o), key_dim, height, width)
 
 
+_CAPABILITY: dict[int, int] = {}  # device index -> compute capability major, from eager calls
+
+
+def _capability_major(device: torch.device) -> int:
+    """The device's compute capability major. Under torch.compile, where the device query would
+    break the graph, the value an eager call saw, else 8 (flash/cuDNN SDPA need sm_80+)."""
+    index = device.index if device.index is not None else -1
+    if torch.compiler.is_compiling():
+        return _CAPABILITY.get(index, 8)
+    major = _CAPABILITY.get(index)
+    if major is None:
+        major = _CAPABILITY[index] = torch.cuda.get_device_capability(device)[0]
+    return major
+
+
+def _enabled(backend: str) -> bool:
+    """torch's switch for its own SDPA backend (``torch.backends.cuda.enable_*_sdp``), which
+    ``auto`` respects; under torch.compile (where reading it breaks the graph) taken as on."""
+    if backend == "sdpa" or torch.compiler.is_compiling():
+        return True
+    return (torch.backends.cuda.cudnn_sdp_enabled() if backend == "cudnn"
+            else torch.backends.cuda.flash_sdp_enabled())
+
+
 def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype,
                     key_dim: int) -> str:
     """The backend that runs: ``auto`` picks the fastest the device and dtype support
@@ -376,16 +400,11 @@ def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype,
         raise ValueError(f"backend: expected one of {list(BACKENDS)}, got {backend!r}")
     fused_ok = (device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
                 and key_dim % 8 == 0)
-    major = torch.cuda.get_device_capability(device)[0] if fused_ok else 0
-    support = {
-        "cudnn": fused_ok and major >= 8 and 2 * key_dim <= 128
-        and torch.backends.cuda.cudnn_sdp_enabled(),
-        "flash": fused_ok and major >= 8 and key_dim <= 256
-        and torch.backends.cuda.flash_sdp_enabled(),
-        "sdpa": True,
-    }
+    major = _capability_major(device) if fused_ok else 0
+    support = {"cudnn": fused_ok and major >= 8 and 2 * key_dim <= 128,
+               "flash": fused_ok and major >= 8 and key_dim <= 256, "sdpa": True}
     if backend == "auto":
-        return next(b for b in ("cudnn", "flash", "sdpa") if support[b])
+        return next(b for b in ("cudnn", "flash", "sdpa") if support[b] and _enabled(b))
     if not support[backend]:
         raise ValueError(f"backend: {backend!r} cannot run {dtype} key_dim={key_dim} on "
                          f"{device}; use 'auto' or 'sdpa'")
