@@ -42,6 +42,7 @@ _LIB = torch.library.Library("psa_tvm", "FRAGMENT")
 _LIB.define("split_heads(Tensor x, int num_heads, int key_dim) -> Tensor")
 _LIB.define("merge_heads(Tensor p, int key_dim, SymInt H, SymInt W) -> Tensor")
 _LIB.define("merge_heads2(Tensor lo, Tensor hi, SymInt H, SymInt W) -> Tensor")
+_LIB.define("split_heads2(Tensor x, int num_heads, int key_dim) -> Tensor")
 _LIB.define("qkv_grad(Tensor[] grads, str backend, SymInt H, SymInt W) -> Tensor")
 
 _SPLIT_OPS = {2: "attn", 4: "qkv"}  # streams per head -> family op
@@ -138,6 +139,26 @@ def _merge_heads2_cuda(lo, hi, height, width):
     return out
 
 
+def _split_heads2_cpu(x, num_heads, key_dim):
+    _check_split2(x, num_heads, key_dim)
+    b, _, h, w = x.shape
+    return x.reshape(b, num_heads, 2, key_dim, h * w).permute(2, 0, 4, 1, 3).contiguous()
+
+
+def _split_heads2_cuda(x, num_heads, key_dim):
+    _check_split2(x, num_heads, key_dim)
+    b, _, h, w = x.shape
+    out = x.new_empty((2, b, h * w, num_heads, key_dim))
+    _runtime("attn_flash", key_dim, num_heads, _dtype(x)).launch(
+        "backward", {SCATTER_INPUT: x, SCATTER_OUTPUT: out}, b, h * w, _stream(x))
+    return out
+
+
+def _check_split2(x, num_heads, key_dim):
+    if _streams_of(x, num_heads, key_dim) != 2:
+        raise ValueError(f"x: expected [B, 2*{num_heads}*{key_dim}, H, W], got {list(x.shape)}")
+
+
 def _check_pair(lo, hi, height, width):
     if lo.dim() != 4 or lo.shape[1] != height * width:
         raise ValueError(f"lo: expected [B, H*W={height * width}, num_heads, key_dim], "
@@ -183,13 +204,24 @@ def _qkv_grad_cuda(grads, backend, height, width):
     return out
 
 
-for _key, _impls in (("CPU", (_split_heads_cpu, _merge_heads_cpu, _merge_heads2_cpu,
-                               _qkv_grad_cpu)),
-                     ("CUDA", (_split_heads_cuda, _merge_heads_cuda, _merge_heads2_cuda,
-                               _qkv_grad_cuda))):
-    for _name, _impl in zip(("split_heads", "merge_heads", "merge_heads2", "qkv_grad"), _impls,
-                            strict=True):
+_NAMES = ("split_heads", "merge_heads", "merge_heads2", "split_heads2", "qkv_grad")
+_IMPLS = {"CPU": (_split_heads_cpu, _merge_heads_cpu, _merge_heads2_cpu, _split_heads2_cpu,
+                  _qkv_grad_cpu),
+          "CUDA": (_split_heads_cuda, _merge_heads_cuda, _merge_heads2_cuda, _split_heads2_cuda,
+                   _qkv_grad_cuda)}
+for _key, _impls in _IMPLS.items():
+    for _name, _impl in zip(_NAMES, _impls, strict=True):
         _LIB.impl(_name, _impl, _key)
+_CUDA_IMPLS = dict(zip(_NAMES, _IMPLS["CUDA"], strict=True))
+
+
+def _op(name: str, like: torch.Tensor):
+    """The op to call inside the attention Functions: in eager on CUDA the kernel's Python
+    implementation itself (the dispatcher's ~6 us per call skipped: autograd is handled by the
+    Function around it), else the registered op (torch.compile traces it by its fake)."""
+    if like.is_cuda and not torch.compiler.is_compiling():
+        return _CUDA_IMPLS[name]
+    return getattr(torch.ops.psa_tvm, name)
 
 
 @torch.library.register_fake("psa_tvm::split_heads")
@@ -209,6 +241,12 @@ def _merge_heads_fake(p, key_dim, height, width):
 def _merge_heads2_fake(lo, hi, height, width):
     torch._check(lo.dim() == 4, lambda: "lo: expected [B, H*W, num_heads, key_dim]")
     return lo.new_empty((lo.shape[0], 2 * lo.shape[2] * lo.shape[3], height, width))
+
+
+@torch.library.register_fake("psa_tvm::split_heads2")
+def _split_heads2_fake(x, num_heads, key_dim):
+    torch._check(x.dim() == 4, lambda: "x: expected [B, 2*num_heads*key_dim, H, W]")
+    return x.new_empty((2, x.shape[0], x.shape[2] * x.shape[3], num_heads, key_dim))
 
 
 @torch.library.register_fake("psa_tvm::qkv_grad")
@@ -241,8 +279,17 @@ def _merge_heads2_setup(ctx, inputs, output):
 
 
 def _merge_heads2_backward(ctx, grad):
-    d = split_heads(_contig(grad), ctx.num_heads, ctx.key_dim)
-    return d[..., :ctx.key_dim], d[..., ctx.key_dim:], None, None
+    d = torch.ops.psa_tvm.split_heads2(_contig(grad), ctx.num_heads, ctx.key_dim)
+    return d[0], d[1], None, None
+
+
+def _split_heads2_setup(ctx, inputs, output):
+    x, _, _ = inputs
+    ctx.hw = (x.shape[2], x.shape[3])
+
+
+def _split_heads2_backward(ctx, grad):
+    return merge_heads2(_contig(grad[0]), _contig(grad[1]), *ctx.hw), None, None
 
 
 torch.library.register_autograd("psa_tvm::split_heads", _split_heads_backward,
@@ -251,6 +298,8 @@ torch.library.register_autograd("psa_tvm::merge_heads", _merge_heads_backward,
                                 setup_context=_merge_heads_setup)
 torch.library.register_autograd("psa_tvm::merge_heads2", _merge_heads2_backward,
                                 setup_context=_merge_heads2_setup)
+torch.library.register_autograd("psa_tvm::split_heads2", _split_heads2_backward,
+                                setup_context=_split_heads2_setup)
 
 
 def split_heads(x: torch.Tensor, num_heads: int, key_dim: int) -> torch.Tensor:
@@ -274,11 +323,12 @@ def merge_heads2(lo: torch.Tensor, hi: torch.Tensor, H: int, W: int) -> torch.Te
 # ----------------------------------------------------------------- attention
 # The fused SDPA entry points, called directly so that their saved outputs feed their backward
 # (what torch's own autograd does), in one place (tests swap in a CPU emulation).
+# The overloads themselves: calling the packets costs an overload resolution per call.
 _ATEN = SimpleNamespace(
-    flash=torch.ops.aten._scaled_dot_product_flash_attention,
-    flash_backward=torch.ops.aten._scaled_dot_product_flash_attention_backward,
-    cudnn=torch.ops.aten._scaled_dot_product_cudnn_attention,
-    cudnn_backward=torch.ops.aten._scaled_dot_product_cudnn_attention_backward,
+    flash=torch.ops.aten._scaled_dot_product_flash_attention.default,
+    flash_backward=torch.ops.aten._scaled_dot_product_flash_attention_backward.default,
+    cudnn=torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+    cudnn_backward=torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default,
 )
 
 def _views(p: torch.Tensor, key_dim: int):
@@ -298,12 +348,12 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, qkv, num_heads, key_dim, height, width):
         scale = key_dim ** -0.5
-        p = torch.ops.psa_tvm.split_heads(_contig(qkv), num_heads, key_dim)
+        p = _op("split_heads", qkv)(_contig(qkv), num_heads, key_dim)
         q, k, v_lo, v_hi, _ = _views(p, key_dim)
         flash = _ATEN.flash
         lo = flash(q, k, v_lo, 0.0, False, False, scale=scale)
         hi = flash(q, k, v_hi, 0.0, False, False, scale=scale)
-        out = torch.ops.psa_tvm.merge_heads2(_nhd(lo[0]), _nhd(hi[0]), height, width)
+        out = _op("merge_heads2", qkv)(_nhd(lo[0]), _nhd(hi[0]), height, width)
         ctx.save_for_backward(p, lo[0], lo[1], lo[2], lo[3], lo[6], lo[7],
                               hi[0], hi[1], hi[2], hi[3], hi[6], hi[7])
         ctx.meta = (num_heads, key_dim, height, width, scale, lo[4], lo[5])
@@ -314,8 +364,9 @@ class _FlashAttention(torch.autograd.Function):
         num_heads, key_dim, height, width, scale, max_q, max_k = ctx.meta
         p, *saved = ctx.saved_tensors
         q, k, v_lo, v_hi, _ = _views(p, key_dim)
-        d_out = torch.ops.psa_tvm.split_heads(_contig(grad), num_heads, key_dim)
-        do_lo, do_hi = _views2(d_out, key_dim)
+        # d_lo, d_hi each contiguous: flash's backward copies a grad_out that is a chunk view
+        d_lo, d_hi = _op("split_heads2", grad)(_contig(grad), num_heads, key_dim)
+        do_lo, do_hi = d_lo.transpose(1, 2), d_hi.transpose(1, 2)
         bwd = _ATEN.flash_backward
         grads = []
         for d_o, v, (o, lse, cq, ck, seed, offset) in ((do_lo, v_lo, saved[:6]),
@@ -323,26 +374,21 @@ class _FlashAttention(torch.autograd.Function):
             grads.append(bwd(d_o, q, k, v, o, lse, cq, ck, max_q, max_k, 0.0, False, seed,
                              offset, scale=scale))
         (dq1, dk1, dv_lo), (dq2, dk2, dv_hi) = grads
-        d_qkv = torch.ops.psa_tvm.qkv_grad(
+        d_qkv = _op("qkv_grad", grad)(
             [_nhd(dq1), _nhd(dq2), _nhd(dk1), _nhd(dk2), _nhd(dv_lo), _nhd(dv_hi)], "flash",
             height, width)
         return d_qkv, None, None, None, None
-
-
-def _views2(d_out: torch.Tensor, key_dim: int):
-    """The two ``kd`` chunks of ``[B, N, nh, 2*kd]`` as ``[B, nh, N, kd]`` views."""
-    return (d_out[..., :key_dim].transpose(1, 2), d_out[..., key_dim:].transpose(1, 2))
 
 
 class _CudnnAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, qkv, num_heads, key_dim, height, width):
         scale = key_dim ** -0.5
-        p = torch.ops.psa_tvm.split_heads(_contig(qkv), num_heads, key_dim)
+        p = _op("split_heads", qkv)(_contig(qkv), num_heads, key_dim)
         q, k, _, _, v = _views(p, key_dim)
         res = _ATEN.cudnn(
             q, k, v, None, True, 0.0, False, False, scale=scale)
-        out = torch.ops.psa_tvm.merge_heads(_nhd(res[0]), key_dim, height, width)
+        out = _op("merge_heads", qkv)(_nhd(res[0]), key_dim, height, width)
         ctx.save_for_backward(p, res[0], res[1], res[2], res[3], res[6], res[7])
         ctx.meta = (num_heads, key_dim, height, width, scale, res[4], res[5])
         return out
@@ -352,12 +398,11 @@ class _CudnnAttention(torch.autograd.Function):
         num_heads, key_dim, height, width, scale, max_q, max_k = ctx.meta
         p, o, lse, cq, ck, seed, offset = ctx.saved_tensors
         q, k, _, _, v = _views(p, key_dim)
-        d_out = torch.ops.psa_tvm.split_heads(_contig(grad), num_heads, key_dim)
+        d_out = _op("split_heads", grad)(_contig(grad), num_heads, key_dim)
         dq, dk, dv = _ATEN.cudnn_backward(
             d_out.transpose(1, 2), q, k, v, o, lse, seed, offset, None, cq, ck, max_q, max_k,
             0.0, False, scale=scale)
-        d_qkv = torch.ops.psa_tvm.qkv_grad([_nhd(dq), _nhd(dk), _nhd(dv)], "cudnn", height,
-                                           width)
+        d_qkv = _op("qkv_grad", grad)([_nhd(dq), _nhd(dk), _nhd(dv)], "cudnn", height, width)
         return d_qkv, None, None, None, None
 
 

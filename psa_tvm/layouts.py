@@ -11,7 +11,8 @@ Two passes, named like the merge's (whose ``forward`` is a gather and ``backward
   streams[s])``. A stream is read from one tensor chunk, or is the sum of several (the two
   flash calls' ``dq`` and ``dk``), so no separate add kernel runs.
 - ``backward``, the *scatter*: ``split[b, n, h, s, d] = g[b, h, s, d, n]``, one contiguous
-  ``[B, N, nh, S*kd]`` output whose chunks are the streams (views for SDPA).
+  ``[B, N, nh, S*kd]`` output whose chunks are the streams (views for SDPA); or, for an op
+  with ``separate``, ``split[s, b, n, h, d]``: each stream a contiguous tensor.
 
 Measured on the H200 (docs/attention.md): SDPA's flash and cuDNN backends take those chunk views
 with no copy, write their outputs in ``[B, N, nh, d]`` memory when ``q`` is so laid out, and their
@@ -43,6 +44,9 @@ class StreamOp:
     passes: tuple[str, ...] = ("forward", "backward")
     layout: str = "bnhd"
     doc: str = ""
+    separate: bool = False
+    """The scatter writes ``[S, ...]``: each stream a contiguous tensor of its own (flash's
+    backward copies a ``grad_out`` that is a chunk view; cuDNN and the forward calls don't)."""
 
     @property
     def num_streams(self) -> int:
@@ -78,8 +82,9 @@ class StreamOp:
                       for t, w in self.tensor_widths.items()}
             shapes[GATHER_OUTPUT] = merged
             return shapes
-        split = ((batch, n, num_heads, self.num_streams, key_dim) if self.layout == "bnhd"
-                 else (batch, num_heads, n, self.num_streams, key_dim))
+        rows = (batch, n, num_heads) if self.layout == "bnhd" else (batch, num_heads, n)
+        split = ((self.num_streams, *rows, key_dim) if self.separate
+                 else (*rows, self.num_streams, key_dim))
         return {SCATTER_INPUT: merged, SCATTER_OUTPUT: split}
 
 
@@ -100,8 +105,9 @@ STREAM_OPS: dict[str, StreamOp] = {op.name: op for op in (
              doc="the two flash calls' gradients (dq, dk summed) -> d_qkv"),
     StreamOp("qkv_grad_cudnn", (*_chunks("dq", "dk"), (("dv", 0),), (("dv", 1),)),
              passes=("forward",), doc="the cuDNN call's gradients (full-width dv) -> d_qkv"),
-    StreamOp("attn_flash", _chunks("lo", "hi"), passes=("forward",),
-             doc="the two flash outputs [B, N, nh, kd] -> [B, 2*nh*kd, H, W]"),
+    StreamOp("attn_flash", _chunks("lo", "hi"), separate=True,
+             doc="the two flash outputs [B, N, nh, kd] <-> [B, 2*nh*kd, H, W]; the scatter "
+                 "writes [2, B, N, nh, kd] (d_lo, d_hi contiguous for flash's backward)"),
     StreamOp("attn", _one_tensor("o", 2),
              doc="attention output [B, N, nh, 2*kd] <-> [B, 2*nh*kd, H, W]"),
 )}

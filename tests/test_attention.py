@@ -4,6 +4,7 @@ every backend's plumbing (flash and cuDNN through a CPU emulation), and torch.co
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from types import SimpleNamespace
 
@@ -31,10 +32,10 @@ def reference_attention(qkv, num_heads, key_dim, height, width):
 # ----------------------------------------------------------------- the TensorIR, on LLVM
 def _torch_reference(op: StreamOp, pass_: str, tensors, b, n, nh, kd, height, width):
     """The family's definition in torch, on the kernel's views (the CPU ops are this too)."""
-    if pass_ == "backward":
-        g = tensors["g"]
-        split = g.permute(0, 4, 1, 2, 3) if op.layout == "bnhd" else g.permute(0, 1, 4, 2, 3)
-        return split.contiguous()
+    if pass_ == "backward":  # g [B, nh, S, kd, N]
+        rows = (0, 4, 1) if op.layout == "bnhd" else (0, 1, 4)
+        order = (2, *rows, 3) if op.separate else (*rows, 2, 3)
+        return tensors["g"].permute(*order).contiguous()
     out = []
     for sources in op.streams:
         total = None
@@ -57,7 +58,7 @@ def test_family_tensorir_bit_exact(dtype, index_dtype, layout):
     n = height * width
     config = OpConfig(kd, nh, dtype)
     for base in STREAM_OPS.values():
-        op = StreamOp(base.name, base.streams, base.passes, layout)
+        op = dataclasses.replace(base, layout=layout)
         for pass_ in op.passes:
             func = stream_pass(config, op, pass_, index_dtype=index_dtype, name="f")
             lib = tvm.compile(tvm.IRModule({"f": func}), target="llvm")
@@ -212,6 +213,12 @@ def test_merge_heads2_and_qkv_grad_opcheck():
     lo = inputs((2, 20, 3, 8), torch.float32, "cpu").requires_grad_(True)
     hi = inputs((2, 20, 3, 8), torch.float32, "cpu", seed=1).requires_grad_(True)
     torch.library.opcheck(torch.ops.psa_tvm.merge_heads2, (lo, hi, 4, 5))
+    x = inputs((2, 2 * 3 * 8, 4, 5), torch.float32, "cpu").requires_grad_(True)
+    torch.library.opcheck(torch.ops.psa_tvm.split_heads2, (x, 3, 8))
+    d = torch.ops.psa_tvm.split_heads2(x, 3, 8)
+    assert bitwise_equal(A.merge_heads2(d[0], d[1], 4, 5), x)
+    assert torch.autograd.gradcheck(lambda t, u: A.merge_heads2(t, u, 4, 5),
+                                    (lo.double(), hi.double()))
     grads = [inputs((2, 20, 3, 8), torch.float32, "cpu", seed=s) for s in range(6)]
     torch.library.opcheck(torch.ops.psa_tvm.qkv_grad, (grads, "flash", 4, 5))
     torch.library.opcheck(torch.ops.psa_tvm.qkv_grad,

@@ -165,7 +165,7 @@ def test_compile_fullgraph_dynamic(backend):
         grad = inputs(out.shape, torch.float16, "cuda", seed=2)
         (g1,) = torch.autograd.grad(out, x1, grad)
         (g2,) = torch.autograd.grad(ref, x2, grad)
-        assert bitwise_equal(g1, g2)
+        _same_up_to_atomics(g1, g2)
 
 
 @pytest.mark.parametrize("backend", ["flash", "cudnn"])
@@ -191,7 +191,15 @@ def test_cuda_graph_training_step(backend):
     graph.replay()
     torch.cuda.synchronize()
     out, g = step()
-    assert bitwise_equal(static_out, out) and bitwise_equal(static_grad, g)
+    assert bitwise_equal(static_out, out)
+    _same_up_to_atomics(static_grad, g)
+
+
+def _same_up_to_atomics(got: torch.Tensor, want: torch.Tensor) -> None:
+    """Flash's and cuDNN's backward accumulate dq with atomics: two runs of the same step
+    differ in the last bits (seen on the H200, eager against eager too)."""
+    err = (got.float() - want.float()).norm() / want.float().norm()
+    assert err < 1e-3, f"relative difference {err:.3g}"
 
 
 def test_merge_side_names():

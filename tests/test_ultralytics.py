@@ -127,10 +127,20 @@ def _close(got: torch.Tensor, want: torch.Tensor, rel: float) -> None:
     assert err < rel, f"relative error {err:.3g} >= {rel}"
 
 
+@pytest.fixture
+def no_tf32():
+    """float32 convolutions in TF32 (cuDNN's default) put ~1e-3 noise on every gradient,
+    different for the two runs; the comparison needs true float32."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("yaml", YOLO11)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_yolo11_patched_matches_stock(yaml, dtype):
+def test_yolo11_patched_matches_stock(yaml, dtype, no_tf32):
     model = _detection_model(yaml).cuda().to(dtype)
     x = inputs((2, 3, 320, 320), dtype, "cuda")
     rel = 1e-4 if dtype == torch.float32 else 2e-2
@@ -148,7 +158,11 @@ def test_yolo11_patched_matches_stock(yaml, dtype):
             patch(model)
         model.zero_grad()
         out = _flat(model(x))
-        (out.float() * torch.linspace(-1, 1, out.numel(), device="cuda")).sum().backward()
+        # A mean, not a sum: pure float16 training of a fresh yolo11x overflowed (NaN) with
+        # the sum, in the stock run as well.
+        (out.float() * torch.linspace(-1, 1, out.numel(), device="cuda")).mean().backward()
         grads.append(torch.cat([p.grad.float().flatten() for p in model.parameters()
                                 if p.grad is not None]))
+    if not grads[0].isfinite().all():
+        pytest.skip("the stock float16 gradients are not finite")
     _close(grads[1], grads[0], 10 * rel)

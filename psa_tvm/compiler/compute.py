@@ -140,25 +140,28 @@ def stream_gather(config: OpConfig, op: StreamOp, *, vec: int = 1, index_dtype: 
 
 def stream_scatter(config: OpConfig, op: StreamOp, *, vec: int = 1, index_dtype: str = "int32",
                    name: str = "psa_stream_bwd") -> PrimFunc:
-    """``split[b, n, h, s, d] = g[b, h, s, d, n]`` (``bhnd``: ``split[b, h, n, s, d]``), with
-    the loops in the merge backward's order ``(b, h, s, n, d)``."""
+    """``split[b, n, h, s, d] = g[b, h, s, d, n]`` (``bhnd``: ``split[b, h, n, s, d]``; with
+    ``op.separate`` the stream axis first: ``split[s, b, n, h, d]``), with the loops in the
+    merge backward's order ``(b, h, s, n, d)``."""
     kd, nh, dtype = config.key_dim, config.num_heads, config.dtype
     batch, nv, n_total = _stream_vars(index_dtype, vec)
     streams = op.num_streams
     g = te.placeholder((batch, nh, streams, kd, n_total), dtype, name=SCATTER_INPUT)
     assert SCATTER_OUTPUT == BACKWARD_BLOCK
-    if op.layout == "bnhd":
-        split = te.compute((batch, n_total, nh, streams, kd),
-                           lambda b, n, h, s, d: g[b, h, s, d, n], name=SCATTER_OUTPUT)
-    else:
-        split = te.compute((batch, nh, n_total, streams, kd),
-                           lambda b, h, n, s, d: g[b, h, s, d, n], name=SCATTER_OUTPUT)
+    rows = ("b", "n", "h") if op.layout == "bnhd" else ("b", "h", "n")
+    axes = ("s", *rows, "d") if op.separate else (*rows, "s", "d")
+    extents = {"b": batch, "h": nh, "n": n_total, "s": streams, "d": kd}
+
+    def body(*indices):
+        at = dict(zip(axes, indices, strict=True))
+        return g[at["b"], at["h"], at["s"], at["d"], at["n"]]
+
+    split = te.compute(tuple(extents[a] for a in axes), body, name=SCATTER_OUTPUT)
     func = te.create_prim_func([g, split, nv]).with_attr(
         {"global_symbol": name, "tirx.noalias": True})
     sch = s_tir.Schedule(tvm.IRModule({name: func}))
     sch.work_on(name)
-    loops = dict(zip("bnhsd" if op.layout == "bnhd" else "bhnsd",
-                     sch.get_loops(sch.get_sblock(SCATTER_OUTPUT)), strict=True))
+    loops = dict(zip(axes, sch.get_loops(sch.get_sblock(SCATTER_OUTPUT)), strict=True))
     sch.reorder(*(loops[axis] for axis in "bhsnd"))
     return sch.mod[name]
 
