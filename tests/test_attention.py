@@ -173,10 +173,12 @@ def test_stream_runtime_op_plans(attention_artifacts):
 
 
 def test_pack_runtime_op_seed_surface(attention_artifacts):
+    from psa_tvm import RuntimeOp
     from psa_tvm.runtime.protocol import RecordingVisitor
     from psa_tvm.runtime.stream_op import PsaPackQkvRuntimeOp
 
     op = PsaPackQkvRuntimeOp(32, 4, "float16", artifacts=attention_artifacts)
+    assert isinstance(op, RuntimeOp)
     qkv = (1 << 20, [2, 4 * 4 * 32, 20, 20])
     packed = ((1 << 20) + (1 << 30), [2, 400, 4, 128])
     assert op.n_activation_inputs() == 1 and op.param_shapes() == []

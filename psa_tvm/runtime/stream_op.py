@@ -245,8 +245,10 @@ class PsaPackQkvRuntimeOp:
     def param_init_data(self) -> list[Any]:
         return []
 
-    def compute_concrete_output_shape(self, input_shapes: Sequence[Sequence[int]]) -> list[int]:
-        """``[B, H*W, nh, 4*kd]`` for ``qkv [B, 4*nh*kd, H, W]``."""
+    def compute_concrete_output_shape(self, input_shapes: Sequence[Sequence[int]],
+                                      spatial: tuple[int, int] | None = None) -> list[int]:
+        """``[B, H*W, nh, 4*kd]`` for ``qkv [B, 4*nh*kd, H, W]`` (``spatial`` is in the
+        input's shape already)."""
         dims = self._qkv_dims(list(input_shapes[0]))
         return [dims.batch, dims.n, self.config.num_heads, 4 * self.config.key_dim]
 
