@@ -7,8 +7,8 @@ attention run as compiled kernels of the layout family (:mod:`psa_tvm.layouts`):
 
 - ``flash``: pack ``qkv`` into ``[B, N, nh, 4*kd]`` (one scatter kernel; ``q``, ``k``, ``V_lo``,
   ``V_hi`` are chunk views), two flash calls (flash needs one head size for q, k and v), the two
-  outputs gathered into NCHW (one kernel). Backward: scatter ``d_out``, two flash backward calls,
-  one gather summing the two ``dq``/``dk`` into ``d_qkv``.
+  outputs gathered into NCHW (one kernel). Backward: scatter ``d_out`` into contiguous ``d_lo``,
+  ``d_hi``, two flash backward calls, one gather summing the two ``dq``/``dk`` into ``d_qkv``.
 - ``cudnn``: the same pack, one cuDNN call on the full ``V`` (cuDNN takes ``dv = 2*dq``), one
   gather. Backward: scatter, one cuDNN backward call, one gather.
 - ``sdpa``: the same pack and merge around ``F.scaled_dot_product_attention`` with torch
@@ -18,9 +18,10 @@ Why ``[B, N, nh, d]``: measured on the H200 (docs/attention.md), flash and cuDNN
 views with no copy, return outputs and gradients in that memory layout, and the
 ``[B, nh, N, d]`` layout costs four extra copy kernels in the flash backward.
 
-The small ops (``psa_tvm::split_heads``, ``merge_heads``, ``merge_heads2``, ``qkv_grad``) are
-``torch.library`` ops with fake implementations; on CPU they are plain torch permutes (bitwise
-the same result). ``torch.compile(fullgraph=True)`` traces all of it, dynamic shapes included.
+The small ops (``psa_tvm::split_heads``, ``merge_heads``, ``merge_heads2``, ``split_heads2``,
+``qkv_grad``) are ``torch.library`` ops with fake implementations; on CPU they are plain torch
+permutes (bitwise the same result). ``torch.compile(fullgraph=True)`` traces all of it, dynamic
+shapes included.
 """
 
 from __future__ import annotations
@@ -331,6 +332,7 @@ _ATEN = SimpleNamespace(
     cudnn_backward=torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default,
 )
 
+
 def _views(p: torch.Tensor, key_dim: int):
     """``q``, ``k``, ``V_lo``, ``V_hi`` and full ``V`` as ``[B, nh, N, d]`` views of ``p``."""
     def chunk(lo: int, hi: int) -> torch.Tensor:
@@ -386,8 +388,7 @@ class _CudnnAttention(torch.autograd.Function):
         scale = key_dim ** -0.5
         p = _op("split_heads", qkv)(_contig(qkv), num_heads, key_dim)
         q, k, _, _, v = _views(p, key_dim)
-        res = _ATEN.cudnn(
-            q, k, v, None, True, 0.0, False, False, scale=scale)
+        res = _ATEN.cudnn(q, k, v, None, True, 0.0, False, False, scale=scale)
         out = _op("merge_heads", qkv)(_nhd(res[0]), key_dim, height, width)
         ctx.save_for_backward(p, res[0], res[1], res[2], res[3], res[6], res[7])
         ctx.meta = (num_heads, key_dim, height, width, scale, res[4], res[5])
