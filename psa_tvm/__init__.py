@@ -16,12 +16,15 @@ from psa_tvm.errors import ArtifactNotFoundError
 from psa_tvm.ops import merge, merge_backward
 from psa_tvm.runtime.protocol import ArgVisitor, RecordingVisitor, RuntimeOp
 from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
+from psa_tvm.runtime.stream_op import PsaPackQkvRuntimeOp, PsaStreamRuntimeOp
 
 __all__ = [
     "ArgVisitor",
     "ArtifactNotFoundError",
     "OpConfig",
     "PsaMergeAttnRuntimeOp",
+    "PsaPackQkvRuntimeOp",
+    "PsaStreamRuntimeOp",
     "RecordingVisitor",
     "RuntimeOp",
     "__version__",

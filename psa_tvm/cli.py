@@ -122,6 +122,12 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     schedules = args.schedule or sorted(RULES)
     requests = list(dict.fromkeys(_requests(args, schedules))) if "cuda" in args.target else []
+    if args.attention and "cuda" in args.target:  # the attention layout family, tiled only
+        from psa_tvm.compiler.artifact import BuildRequest
+        from psa_tvm.layouts import STREAM_OPS
+
+        requests += [BuildRequest(config, "tiled", op=op)
+                     for config in _configs(args) for op in STREAM_OPS]
     cpu_configs = _configs(args) if "cpu" in args.target else []
     path = build_artifacts(requests, args.output, args.arch, jobs=args.jobs,
                            compiler=args.compiler, progress=not args.quiet,
@@ -226,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("-j", "--jobs", type=int, default=None)
     build.add_argument("--compiler", choices=["auto", "nvcc", "nvrtc"], default="auto")
     build.add_argument("-q", "--quiet", action="store_true")
+    build.add_argument("--attention", action="store_true",
+                       help="also build the attention layout ops (pack, merge; psa_attention)")
     build.set_defaults(func=cmd_build)
 
     inspect = sub.add_parser("inspect", help="print TensorIR, CUDA, parameters, launch config")

@@ -118,3 +118,14 @@ def merge_attn_backward(d_merged: torch.Tensor, num_heads: int,
                         key_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The backward kernel as an op: ``d_merged [B, c, H, W]`` -> ``(d_lo, d_hi)``."""
     return torch.ops.psa_tvm.merge_attn_backward(d_merged, num_heads, key_dim)
+
+
+# PSA attention end to end (pack, flash/cuDNN SDPA, merge): psa_tvm/attention.py.
+from psa_tvm.attention import (  # noqa: E402
+    merge_heads,
+    merge_heads2,
+    psa_attention,
+    split_heads,
+)
+
+__all__ += ["merge_heads", "merge_heads2", "psa_attention", "split_heads"]

@@ -26,7 +26,7 @@ from typing import Any
 import tvm
 
 from psa_tvm._version import __version__
-from psa_tvm.compiler.compute import merge_backward, merge_forward
+from psa_tvm.compiler.compute import merge_backward, merge_forward, stream_pass
 from psa_tvm.compiler.cpu import build_cpu_library
 from psa_tvm.compiler.cuda_fixups import pack_16bit_gathers
 from psa_tvm.compiler.lower import lower_cuda
@@ -34,6 +34,7 @@ from psa_tvm.compiler.nvcc import check_archs, compile_source
 from psa_tvm.compiler.rules import get_rule
 from psa_tvm.compiler.rules.base import params_as_dict
 from psa_tvm.config import OpConfig
+from psa_tvm.layouts import stream_op
 from psa_tvm.runtime.env import DEFAULT_ARCHS
 from psa_tvm.runtime.manifest import MANIFEST_FORMAT, MANIFEST_NAME, kernel_symbol
 
@@ -52,6 +53,7 @@ class BuildRequest:
     schedule: str = "tiled"
     params: Any = None  # the rule's Params; None -> the rule's default for config
     preferred: bool = True  # False for tuning candidates: never picked by default
+    op: str = "merge"  # or a member of the attention layout family (psa_tvm.layouts)
 
     def resolved_params(self) -> Any:
         rule = get_rule(self.schedule)
@@ -61,7 +63,8 @@ class BuildRequest:
     def stem(self) -> str:
         blob = json.dumps(params_as_dict(self.resolved_params()), sort_keys=True)
         digest = hashlib.sha1(blob.encode()).hexdigest()[:8]
-        return f"{self.config.tag}/{self.schedule}-{digest}"
+        prefix = "" if self.op == "merge" else f"{self.op}-"
+        return f"{self.config.tag}/{prefix}{self.schedule}-{digest}"
 
 
 @dataclass(frozen=True)
@@ -80,15 +83,25 @@ def schedule_module(request: BuildRequest) -> dict[str, tuple[Variant, Any]]:
     rule.check_params(request.config, params)
     full_vec = rule.vector_width(request.config, params)
     funcs = {}
-    for pass_, compute in PASSES.items():
+    for pass_, compute in _pass_functions(request.op).items():
         for index_dtype in INDEX_DTYPES:
             widest = full_vec if index_dtype == "int32" else min(full_vec, _INT64_MAX_LANES)
             for vec in sorted({widest, 1}, reverse=True):
-                symbol = kernel_symbol(pass_, request.schedule, vec, index_dtype)
+                symbol = kernel_symbol(pass_, request.schedule, vec, index_dtype, request.op)
                 func = compute(request.config, vec=vec, index_dtype=index_dtype, name=symbol)
                 funcs[symbol] = (Variant(pass_, vec, index_dtype),
                                  rule.apply(func, pass_, request.config, params, vec))
     return funcs
+
+
+def _pass_functions(op: str) -> dict:
+    """The op's PrimFunc builders by pass (the family's gather is its forward, like the
+    merge's, so every rule schedules it with the same pass name)."""
+    if op == "merge":
+        return PASSES
+    spec = stream_op(op)
+    return {p: (lambda config, _p=p, **kw: stream_pass(config, spec, _p, **kw))
+            for p in spec.passes}
 
 
 def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
@@ -113,6 +126,7 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
         "key_dim": request.config.key_dim,
         "num_heads": request.config.num_heads,
         "dtype": request.config.dtype,
+        "op": request.op,
         "schedule": request.schedule,
         "schedule_params": params_as_dict(params),
         "vector_width": rule.vector_width(request.config, params),

@@ -13,10 +13,18 @@ needs ``N`` to be a multiple of the vector width *by construction*, because TVM 
 
 from __future__ import annotations
 
+import tvm
+from tvm import s_tir, te
 from tvm.script import tirx as T
 from tvm.tirx import PrimFunc
 
 from psa_tvm.config import OpConfig
+from psa_tvm.layouts import (
+    GATHER_OUTPUT,
+    SCATTER_INPUT,
+    SCATTER_OUTPUT,
+    StreamOp,
+)
 
 FORWARD_BLOCK = "merge"
 BACKWARD_BLOCK = "split"
@@ -84,3 +92,82 @@ def merge_backward(
                     dhi[vb * nh + vh, vn, vd] = g[vb, vh, vs, vd, vn]
 
     return backward.with_attr("global_symbol", name)
+
+
+# ----------------------------------------------------------------- the S-stream family
+# The layout ops around attention (psa_tvm/layouts.py): the same loop nests and block names as
+# the merge, so every schedule rule applies unchanged; only the stream side's indexing differs.
+# Built with te because the number of stream tensors varies per op.
+
+
+def _stream_vars(index_dtype: str, vec: int):
+    _index_var(index_dtype)  # validates
+    nv = te.var("NV", index_dtype)
+    return te.var("B", index_dtype), nv, nv * vec
+
+
+def stream_gather(config: OpConfig, op: StreamOp, *, vec: int = 1, index_dtype: str = "int32",
+                  name: str = "psa_stream_fwd") -> PrimFunc:
+    """``merge[b, h, s, d, n] = sum(t[b, n, h, j*kd + d] for (t, j) in op.streams[s])``."""
+    kd, nh, dtype = config.key_dim, config.num_heads, config.dtype
+    batch, nv, n_total = _stream_vars(index_dtype, vec)
+    tensors = {t: te.placeholder(op.stream_shape(batch, n_total, nh, kd, w), dtype, name=t)
+               for t, w in op.tensor_widths.items()}
+
+    def load(tensor: str, chunk: int, b, h, d, n):
+        if op.layout == "bnhd":
+            return tensors[tensor][b, n, h, chunk * kd + d]
+        return tensors[tensor][b, h, n, chunk * kd + d]
+
+    def body(b, h, s, d, n):
+        values = []
+        for sources in op.streams:
+            value = None
+            for tensor, chunk in sources:
+                x = load(tensor, chunk, b, h, d, n)
+                value = x if value is None else value + x
+            values.append(value)
+        expr = values[-1]
+        for i in range(len(values) - 2, -1, -1):
+            expr = te.if_then_else(s == i, values[i], expr)
+        return expr
+
+    out = te.compute((batch, nh, op.num_streams, kd, n_total), body, name=GATHER_OUTPUT)
+    assert GATHER_OUTPUT == FORWARD_BLOCK  # te names the block after its output
+    func = te.create_prim_func([*tensors.values(), out, nv])
+    return func.with_attr({"global_symbol": name, "tirx.noalias": True})
+
+
+def stream_scatter(config: OpConfig, op: StreamOp, *, vec: int = 1, index_dtype: str = "int32",
+                   name: str = "psa_stream_bwd") -> PrimFunc:
+    """``split[b, n, h, s, d] = g[b, h, s, d, n]`` (``bhnd``: ``split[b, h, n, s, d]``; with
+    ``op.separate`` the stream axis first: ``split[s, b, n, h, d]``), with the loops in the
+    merge backward's order ``(b, h, s, n, d)``."""
+    kd, nh, dtype = config.key_dim, config.num_heads, config.dtype
+    batch, nv, n_total = _stream_vars(index_dtype, vec)
+    streams = op.num_streams
+    g = te.placeholder((batch, nh, streams, kd, n_total), dtype, name=SCATTER_INPUT)
+    assert SCATTER_OUTPUT == BACKWARD_BLOCK
+    rows = ("b", "n", "h") if op.layout == "bnhd" else ("b", "h", "n")
+    axes = ("s", *rows, "d") if op.separate else (*rows, "s", "d")
+    extents = {"b": batch, "h": nh, "n": n_total, "s": streams, "d": kd}
+
+    def body(*indices):
+        at = dict(zip(axes, indices, strict=True))
+        return g[at["b"], at["h"], at["s"], at["d"], at["n"]]
+
+    split = te.compute(tuple(extents[a] for a in axes), body, name=SCATTER_OUTPUT)
+    func = te.create_prim_func([g, split, nv]).with_attr(
+        {"global_symbol": name, "tirx.noalias": True})
+    sch = s_tir.Schedule(tvm.IRModule({name: func}))
+    sch.work_on(name)
+    loops = dict(zip(axes, sch.get_loops(sch.get_sblock(SCATTER_OUTPUT)), strict=True))
+    sch.reorder(*(loops[axis] for axis in "bhsnd"))
+    return sch.mod[name]
+
+
+def stream_pass(config: OpConfig, op: StreamOp, pass_: str, **kwargs) -> PrimFunc:
+    """The PrimFunc of one pass of a family member (``forward`` gathers, ``backward`` scatters)."""
+    if pass_ not in op.passes:
+        raise ValueError(f"op {op.name!r} has no {pass_} pass (it has {list(op.passes)})")
+    return (stream_gather if pass_ == "forward" else stream_scatter)(config, op, **kwargs)

@@ -15,9 +15,10 @@ from psa_tvm.runtime.env import DEFAULT_ARCHS
 
 
 def build_missing(root: Path, config: OpConfig, schedule: str,
-                  params: dict[str, Any] | None = None) -> None:
+                  params: dict[str, Any] | None = None, *, op: str = "merge") -> None:
     """Build ``config`` with ``schedule`` (tuned ``params`` if given) into ``root``."""
     rule = get_rule(schedule)
     request = BuildRequest(config, schedule,
-                           rule.params_from_dict(params) if params is not None else None)
+                           rule.params_from_dict(params) if params is not None else None,
+                           op=op)
     build_artifacts([request], root, DEFAULT_ARCHS)

@@ -34,29 +34,29 @@ def build_lock(root: Path):
 
 
 def _lookup(root: Path, config: OpConfig, schedule: str,
-            params: dict[str, Any] | None) -> BuildSpec | None:
+            params: dict[str, Any] | None, op: str = "merge") -> BuildSpec | None:
     """The build when it is there (with ``params`` exactly, when given), else ``None``."""
     try:
-        build = Manifest.load(root).find(config, schedule, params)
+        build = Manifest.load(root).find(config, schedule, params, op)
     except ArtifactNotFoundError:
         return None
     return build if params is None or build.schedule_params == params else None
 
 
 def find_build(root: Path, config: OpConfig, schedule: str, params: dict[str, Any] | None,
-               *, may_build: bool) -> BuildSpec:
+               *, may_build: bool, op: str = "merge") -> BuildSpec:
     """The build of ``config`` with ``schedule`` (and tuned ``params``) in ``root``.
 
     Without ``may_build`` (a user's own artifact directory) a missing build raises
     :class:`ArtifactNotFoundError`; with it, the build is made here when TVM is installed.
     """
-    build = _lookup(root, config, schedule, params)
+    build = _lookup(root, config, schedule, params, op)
     if build is not None:
         return build
     if not may_build:
         if params is not None and (fallback := _lookup(root, config, schedule, None)):
             return fallback  # the user's directory lacks the tuned build: run what they built
-        Manifest.load(root).find(config, schedule)  # raises, saying what is missing and how
+        Manifest.load(root).find(config, schedule, op=op)  # raises, saying what is missing and how
         raise AssertionError("unreachable")
     try:
         from psa_tvm.compiler.ondemand import build_missing
@@ -68,10 +68,10 @@ def find_build(root: Path, config: OpConfig, schedule: str, params: dict[str, An
             f"{config.num_heads} --dtype {config.dtype} -o DIR` and set PSA_TVM_ARTIFACTS=DIR"
         ) from err
     with build_lock(root):
-        build = _lookup(root, config, schedule, params)  # another process may have built it
+        build = _lookup(root, config, schedule, params, op)  # another process may have built it
         if build is None:
-            build_missing(root, config, schedule, params)
-            build = _lookup(root, config, schedule, params)
+            build_missing(root, config, schedule, params, op=op)
+            build = _lookup(root, config, schedule, params, op)
     if build is None:
         raise ArtifactNotFoundError(f"building {config.tag} {schedule} into {root} left no build")
     return build

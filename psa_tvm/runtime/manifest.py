@@ -29,10 +29,11 @@ _CASTS = {"int32", "int64"}
 _FUNCS = {"min": min, "max": max}
 
 
-def kernel_symbol(pass_: str, schedule: str, vec: int, index_dtype: str) -> str:
+def kernel_symbol(pass_: str, schedule: str, vec: int, index_dtype: str,
+                  op: str = "merge") -> str:
     """Global symbol of one kernel variant; TVM appends ``_kernel`` for the device entry."""
     short = {"forward": "fwd", "backward": "bwd"}[pass_]
-    return f"psa_merge_{short}_{schedule}_v{vec}_{'i64' if index_dtype == 'int64' else 'i32'}"
+    return f"psa_{op}_{short}_{schedule}_v{vec}_{'i64' if index_dtype == 'int64' else 'i32'}"
 
 
 @lru_cache(maxsize=512)
@@ -173,6 +174,7 @@ class BuildSpec:
     source: Path
     binaries: tuple[BinarySpec, ...]
     kernels: tuple[KernelSpec, ...]
+    op: str = "merge"  # the merge, or a member of the attention layout family
 
     @classmethod
     def from_json(cls, root: Path, data: dict) -> BuildSpec:
@@ -184,6 +186,7 @@ class BuildSpec:
             archs=tuple(data["archs"]), source=root / data["source"],
             binaries=tuple(BinarySpec.from_json(root, b) for b in data["binaries"]),
             kernels=tuple(KernelSpec.from_json(k) for k in data["kernels"]),
+            op=data.get("op", "merge"),
         )
 
     def kernel(self, pass_: str, vec: int, index_dtype: str) -> KernelSpec:
@@ -274,9 +277,10 @@ class Manifest:
             f"--dtype {config.dtype} -o {self.root}`")
 
     def find(self, config: OpConfig, schedule: str,
-             params: dict[str, Any] | None = None) -> BuildSpec:
+             params: dict[str, Any] | None = None, op: str = "merge") -> BuildSpec:
         """The build of ``config`` with ``schedule`` (and ``params`` if given, else preferred)."""
-        matches = [b for b in self.builds if b.config == config and b.schedule == schedule]
+        matches = [b for b in self.builds
+                   if b.config == config and b.schedule == schedule and b.op == op]
         if params is not None:
             exact = [b for b in matches if b.schedule_params == params]
             if exact:

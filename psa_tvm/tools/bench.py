@@ -207,6 +207,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --host: which device's tensors")
     parser.add_argument("--replot", metavar="BENCH_JSON",
                         help="only redraw the table and plot of an earlier run (no GPU needed)")
+    parser.add_argument("--attention", action="store_true",
+                        help="benchmark PSA attention end to end instead (tools/bench_attention)")
+    from psa_tvm.tools import bench_attention
+
+    bench_attention.add_arguments(parser.add_argument_group("--attention"), standalone=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,6 +221,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    if args.attention:
+        from psa_tvm.tools import bench_attention
+
+        if args.artifacts:
+            env.set_artifacts_dir(args.artifacts)
+        return bench_attention.run(args)
     if args.artifacts:
         env.set_artifacts_dir(args.artifacts)  # the torch op in host_overhead runs from them too
     args.artifacts = str(env.artifacts_override() or "") or None

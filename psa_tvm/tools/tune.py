@@ -85,7 +85,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             done.add((r["source"], r["pass"], tuple(r["shape"])))
     timer = GpuTimer(reps=args.reps)
     shapes = _parse_shapes(args.shapes)
-    builds = [b for b in manifest.builds if b.schedule == "tiled"
+    builds = [b for b in manifest.builds if b.schedule == "tiled" and b.op == "merge"
               and (not args.configs or b.config.tag in args.configs)]
     jobs = [(b, p, s) for b in builds for p in ("forward", "backward") for s in shapes
             if (str(b.source.relative_to(root)), p, s) not in done]
@@ -137,7 +137,7 @@ def time_candidate(timer, build, pass_: str, shape: tuple[int, int, int],
 def cmd_select(args: argparse.Namespace) -> int:
     root = Path(args.artifacts)
     manifest = Manifest.load(root)
-    by_source = {str(b.source.relative_to(root)): b for b in manifest.builds}
+    by_source = {str(b.source.relative_to(root)): b for b in manifest.builds if b.op == "merge"}
     scores: dict[tuple, dict[str, list[float]]] = {}
     for line in (root / RESULTS).read_text().splitlines():
         r = json.loads(line)

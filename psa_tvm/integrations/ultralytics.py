@@ -1,0 +1,82 @@
+"""Optional: run ultralytics' ``Attention`` modules (the PSA / C2PSA blocks) on psa_attention.
+
+ultralytics is not a dependency of psa-tvm; it is imported only here, and only when
+:func:`patch` is called without ``classes``::
+
+    from ultralytics.nn.tasks import DetectionModel
+    from psa_tvm.integrations.ultralytics import patch, unpatch
+
+    model = DetectionModel("yolo11n.yaml").cuda().half()
+    patch(model)            # every Attention module now runs pack -> flash/cuDNN -> merge
+    ...
+    unpatch(model)          # back to ultralytics' own forward
+
+The patched forward computes what ultralytics' does: ``proj(attn(qkv(x)) + pe(v))``, with the
+attention core from :func:`psa_tvm.attention.psa_attention`. Modules whose ``head_dim`` is not
+``2*key_dim`` (``attn_ratio != 0.5``) and CoreML-export modules keep their own forward.
+"""
+
+from __future__ import annotations
+
+from types import MethodType
+
+import torch
+from torch import nn
+
+from psa_tvm.attention import BACKENDS, psa_attention
+
+__all__ = ["attention_forward", "patch", "unpatch"]
+
+_MARK = "_psa_tvm_backend"
+
+
+def _attention_classes() -> tuple[type, ...]:
+    try:
+        from ultralytics.nn.modules.block import Attention
+    except ImportError as err:
+        raise ImportError("psa_tvm.integrations.ultralytics.patch needs ultralytics "
+                          "(pip install ultralytics), or pass classes=") from err
+    return (Attention,)
+
+
+def attention_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """ultralytics' ``Attention.forward`` with the core on psa_attention."""
+    b, c, height, width = x.shape
+    num_heads, key_dim = self.num_heads, self.key_dim
+    qkv = self.qkv(x)
+    out = psa_attention(qkv, num_heads, key_dim, height, width, getattr(self, _MARK, "auto"))
+    v = qkv.view(b, num_heads, 4 * key_dim, height * width)[:, :, 2 * key_dim:]
+    return self.proj(out + self.pe(v.reshape(b, c, height, width)))
+
+
+def _patchable(module: nn.Module) -> bool:
+    return (getattr(module, "head_dim", None) == 2 * getattr(module, "key_dim", -1)
+            and getattr(module, "format", None) != "coreml")
+
+
+def patch(model: nn.Module, backend: str = "auto",
+          classes: tuple[type, ...] | None = None) -> int:
+    """Swap the forward of every ``Attention`` module in ``model`` (``classes``: the module
+    types to patch, default ultralytics' ``Attention``) for :func:`attention_forward`; returns
+    how many were patched. Patching again only changes the backend."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {list(BACKENDS)}, got {backend!r}")
+    classes = classes or _attention_classes()
+    count = 0
+    for module in model.modules():
+        if isinstance(module, classes) and _patchable(module):
+            setattr(module, _MARK, backend)
+            module.forward = MethodType(attention_forward, module)
+            count += 1
+    return count
+
+
+def unpatch(model: nn.Module) -> int:
+    """Restore the class's own forward on every module :func:`patch` touched; returns how many."""
+    count = 0
+    for module in model.modules():
+        if hasattr(module, _MARK):
+            delattr(module, _MARK)
+            module.__dict__.pop("forward", None)
+            count += 1
+    return count

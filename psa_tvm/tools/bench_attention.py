@@ -1,0 +1,299 @@
+"""``psa-tvm bench --attention``: the PSA attention core and the whole C2PSA block.
+
+Implementations of the core (input: the ``qkv`` conv output, output: ``[B, nh*2*kd, H, W]``):
+
+- ``stock``: ultralytics' matmul + softmax;
+- ``sdpa_eager``: q, k, v copied into contiguous ``[B, nh, N, d]`` tensors in eager, one
+  ``F.scaled_dot_product_attention`` (torch's backend choice), the output merged in eager;
+- ``flash`` and ``cudnn``: :func:`psa_tvm.attention.psa_attention`.
+
+Per case: GPU kernel time per call (sum of the kernels torch.profiler records) and wall time per
+call (a hot loop, one synchronisation at the end), in inference and for a training step
+(forward + backward to ``qkv``). For the fused paths, the share of the psa-tvm kernels (pack
+and merge) in the GPU time. The C2PSA block (ultralytics', when importable) stock vs patched.
+Needs a CUDA GPU and artifacts holding the layout family for the configurations (``psa-tvm
+build --attention``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+from psa_tvm.attention import psa_attention, reference_attention
+from psa_tvm.runtime import env
+
+IMPLS = ("stock", "sdpa_eager", "flash", "cudnn")
+# (dim, batch, H=W): the issue's reference shapes first, then the YOLO grid.
+TARGET_SHAPES = ((384, 16, 40), (256, 8, 80), (384, 32, 20))
+GRID_SHAPES = tuple((256, b, s) for s in (20, 40, 80) for b in (1, 16, 64))
+STOCK_MAX_SCORES = 24e9  # elements of B*nh*N*N beyond which stock is skipped (memory)
+
+
+def _eager_sdpa(qkv: torch.Tensor, nh: int, kd: int, height: int, width: int) -> torch.Tensor:
+    b = qkv.shape[0]
+    x = qkv.view(b, nh, 4 * kd, height * width).transpose(-2, -1)
+    q, k, v = x[..., :kd].contiguous(), x[..., kd:2 * kd].contiguous(), x[..., 2 * kd:].contiguous()
+    o = F.scaled_dot_product_attention(q, k, v, scale=kd ** -0.5)
+    return o.transpose(-2, -1).reshape(b, nh * 2 * kd, height, width)
+
+
+def core_fn(impl: str) -> Callable:
+    if impl == "stock":
+        return reference_attention
+    if impl == "sdpa_eager":
+        return _eager_sdpa
+    return lambda qkv, nh, kd, h, w: psa_attention(qkv, nh, kd, h, w, impl)
+
+
+def kernel_times(fn: Callable[[], object], iters: int) -> tuple[float, dict[str, float]]:
+    """GPU time per call (us) from torch.profiler, and per kernel name."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    per_kernel: dict[str, float] = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            per_kernel[event.name] = (per_kernel.get(event.name, 0.0)
+                                      + event.time_range.elapsed_us() / iters)
+    return sum(per_kernel.values()), per_kernel
+
+
+def wall_us(fn: Callable[[], object], iters: int) -> float:
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / iters * 1e6
+
+
+def _iters(fn: Callable[[], object], target_s: float = 0.15) -> int:
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    once = time.perf_counter() - start
+    return int(min(50, max(3, target_s / max(once, 1e-6))))
+
+
+def bench_core(dim: int, batch: int, size: int, dtype: torch.dtype, mode: str,
+               impls=IMPLS) -> list[dict]:
+    nh = max(dim // 64, 1)
+    kd = dim // nh // 2
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    qkv = torch.randn(batch, 4 * nh * kd, size, size, device="cuda", dtype=dtype, generator=gen)
+    grad = torch.randn(batch, 2 * nh * kd, size, size, device="cuda", dtype=dtype,
+                       generator=gen)
+    records = []
+    for impl in impls:
+        record = {"part": "core", "impl": impl, "dim": dim, "batch": batch, "size": size,
+                  "dtype": str(dtype).removeprefix("torch."), "mode": mode}
+        if impl == "stock" and batch * nh * (size * size) ** 2 > STOCK_MAX_SCORES:
+            records.append({**record, "skipped": "attention matrix too large"})
+            continue
+        fn = core_fn(impl)
+        if mode == "inference":
+            def call(fn=fn):
+                with torch.inference_mode():
+                    return fn(qkv, nh, kd, size, size)
+        else:
+            x = qkv.detach().requires_grad_(True)
+
+            def call(fn=fn, x=x):
+                out = fn(x, nh, kd, size, size)
+                return torch.autograd.grad(out, x, grad)
+        try:
+            call()
+            iters = _iters(call)
+            gpu, kernels = kernel_times(call, iters)
+            wall = wall_us(call, iters)
+        except Exception as err:  # an unsupported backend/dtype: say so, keep going
+            records.append({**record, "skipped": f"{type(err).__name__}: {str(err)[:120]}"})
+            continue
+        ours = sum(t for name, t in kernels.items() if name.startswith("psa_"))
+        records.append({**record, "gpu_us": gpu, "wall_us": wall, "psa_kernels_us": ours,
+                        "kernels": {k[:80]: round(v, 2) for k, v in kernels.items()}})
+    return records
+
+
+def bench_block(c1: int, batch: int, size: int, dtype: torch.dtype) -> list[dict]:
+    """ultralytics' C2PSA, eager inference: stock vs patched (wall and GPU time per call)."""
+    try:
+        from ultralytics.nn.modules.block import C2PSA
+    except ImportError:
+        return [{"part": "c2psa", "skipped": "ultralytics is not installed"}]
+    from psa_tvm.integrations.ultralytics import patch, unpatch
+
+    torch.manual_seed(0)
+    block = C2PSA(c1, c1, n=1).to("cuda", dtype).eval()
+    x = torch.randn(batch, c1, size, size, device="cuda", dtype=dtype)
+    records = []
+    for impl in ("stock", "flash", "cudnn"):
+        unpatch(block)
+        if impl != "stock":
+            patch(block, impl)
+
+        def call():
+            with torch.inference_mode():
+                return block(x)
+        record = {"part": "c2psa", "impl": impl, "dim": c1, "batch": batch, "size": size,
+                  "dtype": str(dtype).removeprefix("torch."), "mode": "inference"}
+        try:
+            call()
+            iters = max(50, _iters(call))
+            wall = min(wall_us(call, iters) for _ in range(3))
+            gpu, _ = kernel_times(call, iters)
+        except Exception as err:
+            records.append({**record, "skipped": f"{type(err).__name__}: {str(err)[:120]}"})
+            continue
+        records.append({**record, "gpu_us": gpu, "wall_us": wall})
+    unpatch(block)
+    return records
+
+
+def bench_layout(dim: int, batch: int, size: int, dtype: torch.dtype) -> list[dict]:
+    """Each layout kernel's bandwidth (bytes read + written per second) against a device copy
+    of its output's size."""
+    from psa_tvm.layouts import GATHER_OUTPUT, SCATTER_OUTPUT, STREAM_OPS
+    from psa_tvm.runtime.stream_op import PsaStreamRuntimeOp
+
+    nh = max(dim // 64, 1)
+    kd = dim // nh // 2
+    n = size * size
+    stream = torch.cuda.current_stream().cuda_stream
+    records = []
+    for name, op in STREAM_OPS.items():
+        runtime = PsaStreamRuntimeOp(name, kd, nh, str(dtype).removeprefix("torch."))
+        for pass_ in op.passes:
+            shapes = op.kernel_shapes(pass_, batch, n, nh, kd)
+            tensors = {t: torch.randn(shape, device="cuda", dtype=dtype)
+                       for t, shape in shapes.items()}
+            output = GATHER_OUTPUT if pass_ == "forward" else SCATTER_OUTPUT
+            read = sum(t.numel() for k, t in tensors.items() if k != output)
+            src = torch.randn(tensors[output].numel(), device="cuda", dtype=dtype)
+            dst = torch.empty_like(src)
+
+            def kernel(tensors=tensors, runtime=runtime, pass_=pass_):
+                runtime.launch(pass_, tensors, batch, n, stream)
+
+            kernel()
+            t_kernel, _ = kernel_times(kernel, 20)
+            t_copy, _ = kernel_times(lambda src=src, dst=dst: dst.copy_(src), 20)
+            moved = (read + dst.numel()) * src.element_size()
+            records.append({"part": "layout", "op": name, "pass": pass_, "dim": dim,
+                            "batch": batch, "size": size,
+                            "dtype": str(dtype).removeprefix("torch."), "mbytes": moved / 1e6,
+                            "kernel_us": t_kernel, "kernel_gbps": moved / t_kernel / 1e3,
+                            "copy_us_same_output": t_copy,
+                            "copy_gbps": 2 * dst.numel() * src.element_size() / t_copy / 1e3})
+    return records
+
+
+def markdown(records: list[dict]) -> str:
+    rows = ["| part | shape (dim, B, HxW) | dtype | mode | impl | GPU us | wall us | "
+            "x stock (GPU) | pack+merge % |", "|---|---|---|---|---|---|---|---|---|"]
+    stock = {(r["part"], r["dim"], r["batch"], r["size"], r["dtype"], r["mode"]): r["gpu_us"]
+             for r in records if r.get("impl") == "stock" and "gpu_us" in r}
+    for r in records:
+        if r.get("part") == "layout":
+            rows.append(f"| layout {r['op']}/{r['pass']} | {r['dim']}, {r['batch']}, "
+                        f"{r['size']}x{r['size']} | {r['dtype']} | {r['mbytes']:.1f} MB | "
+                        f"{r['kernel_gbps']:.0f} GB/s vs copy {r['copy_gbps']:.0f} GB/s | "
+                        f"{r['kernel_us']:.1f} | | "
+                        f"{r['kernel_gbps'] / r['copy_gbps']:.2f} of copy | |")
+            continue
+        if "impl" not in r:
+            continue
+        key = (r["part"], r["dim"], r["batch"], r["size"], r["dtype"], r["mode"])
+        shape = f"{r['dim']}, {r['batch']}, {r['size']}x{r['size']}"
+        if "gpu_us" not in r:
+            rows.append(f"| {r['part']} | {shape} | {r['dtype']} | {r['mode']} | {r['impl']} | "
+                        f"skipped: {r['skipped']} | | | |")
+            continue
+        speedup = f"{stock[key] / r['gpu_us']:.2f}" if key in stock else ""
+        share = (f"{100 * r['psa_kernels_us'] / r['gpu_us']:.1f}"
+                 if r.get("psa_kernels_us") else "")
+        rows.append(f"| {r['part']} | {shape} | {r['dtype']} | {r['mode']} | {r['impl']} | "
+                    f"{r['gpu_us']:.1f} | {r['wall_us']:.1f} | {speedup} | {share} |")
+    return "\n".join(rows)
+
+
+def add_arguments(parser, standalone: bool = True) -> None:
+    """This benchmark's arguments; ``standalone=False`` when ``psa-tvm bench`` already has
+    ``--dtypes``, ``--out`` and ``--artifacts``."""
+    if standalone:
+        parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"],
+                            choices=["float16", "bfloat16"])
+        parser.add_argument("--out", default="bench-attention")
+        parser.add_argument("--artifacts", default=None)
+    parser.add_argument("--modes", nargs="+", default=["inference", "training"],
+                        choices=["inference", "training"])
+    parser.add_argument("--shapes", choices=["targets", "grid", "all"], default="all")
+    parser.add_argument("--budget-s", type=float, default=600.0,
+                        help="stop starting new cases after this many seconds")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="psa-tvm bench --attention", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    if not torch.cuda.is_available():
+        print("psa-tvm bench --attention needs a CUDA GPU", file=sys.stderr)
+        return 2
+    if getattr(args, "artifacts", None):
+        env.set_artifacts_dir(args.artifacts)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    records: list[dict] = []
+
+    def save() -> None:
+        (out / "bench_attention.json").write_text(json.dumps({"records": records}, indent=1))
+        (out / "bench_attention.md").write_text(markdown(records) + "\n")
+
+    # Most telling first, so a time budget cuts the tail: the blocks, the issue's shapes in
+    # float16, then the grid, then bfloat16.
+    dtypes = [d for d in args.dtypes if d in ("float16", "bfloat16")]  # what flash/cuDNN run
+    order = [("targets", "float16", "inference"), ("targets", "float16", "training"),
+             ("grid", "float16", "inference"), ("targets", "bfloat16", "inference"),
+             ("targets", "bfloat16", "training"), ("grid", "float16", "training"),
+             ("grid", "bfloat16", "inference"), ("grid", "bfloat16", "training")]
+    groups = {"targets": TARGET_SHAPES, "grid": GRID_SHAPES}
+    cases: list[tuple] = [("layout", 256, 64, 80, torch.float16),
+                          ("layout", 384, 16, 40, torch.float16),
+                          ("block", 256, 1, 20, torch.float16),
+                          ("block", 512, 1, 20, torch.float16)]
+    cases += [("core", dim, b, size, getattr(torch, dtype), mode)
+              for group, dtype, mode in order
+              if args.shapes in (group, "all") and dtype in dtypes and mode in args.modes
+              for dim, b, size in groups[group]]
+    for case in cases:
+        if time.perf_counter() - start > args.budget_s:
+            records.append({"part": "note", "skipped": f"budget reached before {case}"})
+            break
+        if case[0] == "layout":
+            records.extend(bench_layout(*case[1:]))
+        elif case[0] == "block":
+            records.extend(bench_block(*case[1:]))
+        else:
+            records.extend(bench_core(*case[1:]))
+        save()
+    print(markdown(records))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
