@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 from psa_tvm.config import OpConfig
 from psa_tvm.errors import ArtifactNotFoundError
-from psa_tvm.runtime.env import cuda_roots
+from psa_tvm.runtime.env import cuda_roots, cxx_compiler
 from psa_tvm.runtime.manifest import MANIFEST_NAME
 from psa_tvm.runtime.native import LIBRARY_PREFIX, POINTER_NAME
 
@@ -78,7 +78,7 @@ class Toolchain:
 
 def find_toolchain() -> Toolchain:
     """The C++ compiler, TVM-FFI's headers and library, and (if present) the CUDA toolkit."""
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    cxx = cxx_compiler() or shutil.which("g++") or shutil.which("c++")
     if not cxx or not shutil.which(cxx):
         raise NativeBuildError(
             "the native library needs a C++17 compiler and none was found (set $CXX, or install "

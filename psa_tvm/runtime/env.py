@@ -8,6 +8,8 @@ Nothing else in the package reads ``os.environ``: a reader of this module sees e
 | ``PSA_TVM_CACHE`` | root of the on-demand build cache (default ``$XDG_CACHE_HOME/psa_tvm``) |
 | ``PSA_TVM_SCHEDULES`` | a tuned-table directory searched before the shipped one |
 | ``PSA_TVM_NVCC`` | the ``nvcc`` to compile with (else ``$CUDA_HOME/bin/nvcc``, then ``PATH``) |
+| ``PSA_TVM_NATIVE`` | ``0`` runs the Python launcher instead of the native library |
+| ``CXX`` | the C++ compiler that builds the native library (else ``g++``, then ``c++``) |
 | ``CUDA_HOME``, ``CUDA_PATH`` | CUDA roots: nvcc, headers for NVRTC and the native library |
 """
 
@@ -66,3 +68,13 @@ def cuda_roots() -> list[str]:
 def set_artifacts_dir(path: str | os.PathLike) -> None:
     """Make ``path`` this process's artifact directory (what ``--artifacts`` of a tool sets)."""
     os.environ["PSA_TVM_ARTIFACTS"] = str(path)
+
+
+def native_enabled() -> bool:
+    """``$PSA_TVM_NATIVE`` (default on): whether calls go through the native library."""
+    return os.environ.get("PSA_TVM_NATIVE", "1") not in ("0", "false", "no", "off")
+
+
+def cxx_compiler() -> str | None:
+    """``$CXX`` when set: the C++ compiler for the native library."""
+    return os.environ.get("CXX") or None

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from psa_tvm.errors import ArtifactNotFoundError
+from psa_tvm.runtime.env import native_enabled
 
 LIBRARY_PREFIX = "psa_tvm_native-"
 #: ``{"library": file name, "manifest_sha1": ...}``: the library ``psa-tvm build`` wrote last.
@@ -58,7 +59,7 @@ _REGISTERED = False
 
 
 def enabled() -> bool:
-    return os.environ.get("PSA_TVM_NATIVE", "1") not in ("0", "false", "no", "off")
+    return native_enabled()
 
 
 def library_path(root: Path) -> Path | None:
