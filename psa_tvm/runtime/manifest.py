@@ -29,10 +29,16 @@ _CASTS = {"int32", "int64"}
 _FUNCS = {"min": min, "max": max}
 
 
-def kernel_symbol(pass_: str, schedule: str, vec: int, index_dtype: str) -> str:
-    """Global symbol of one kernel variant; TVM appends ``_kernel`` for the device entry."""
+def kernel_symbol(pass_: str, schedule: str, vec: int, index_dtype: str,
+                  vec_kd: int | None = None) -> str:
+    """Global symbol of one kernel variant; TVM appends ``_kernel`` for the device entry.
+
+    ``vec`` is the width along N, ``vec_kd`` the width along kd, named only where it differs
+    (``psa_merge_fwd_tiled_v2k8_i32``), so symbols of equal widths read as before.
+    """
     short = {"forward": "fwd", "backward": "bwd"}[pass_]
-    return f"psa_merge_{short}_{schedule}_v{vec}_{'i64' if index_dtype == 'int64' else 'i32'}"
+    widths = f"v{vec}" if vec_kd in (None, vec) else f"v{vec}k{vec_kd}"
+    return f"psa_merge_{short}_{schedule}_{widths}_{'i64' if index_dtype == 'int64' else 'i32'}"
 
 
 @lru_cache(maxsize=512)
