@@ -95,10 +95,16 @@ def run(args: argparse.Namespace) -> list[dict]:
         dynamic = (torch.compile(reference.merge, dynamic=True),
                    torch.compile(reference.merge_backward, dynamic=True))
     records = []
-    for dtype_name in args.dtypes:
-        for shape in bench_shapes(args.shapes, args.quick):
-            records += time_shape(timer, shape, dtype_name, args.schedules, args.artifacts,
+    partial = Path(args.out) / "bench.partial.jsonl"  # kept if a time limit cuts the run short
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    with partial.open("w") as sink:
+        for dtype_name in args.dtypes:
+            for shape in bench_shapes(args.shapes, args.quick):
+                rows = time_shape(timer, shape, dtype_name, args.schedules, args.artifacts,
                                   dynamic, peers=args.peers, profiler=profiler)
+                sink.write("".join(json.dumps(r) + "\n" for r in rows))
+                sink.flush()
+                records += rows
     return records
 
 

@@ -36,12 +36,20 @@ STATIC_SMEM_LIMIT = 48 * 1024
 
 
 def candidates(config: OpConfig, grid: dict[str, tuple] | None = None) -> list:
-    """Valid ``tiled`` parameter sets for ``config``: the grid plus the rule's default."""
+    """Valid ``tiled`` parameter sets for ``config``: the grid, the rule's default and what the
+    shipped table holds now (so a re-tune on new shapes can keep it)."""
     grid = GRID if grid is None else grid
     from psa_tvm.compiler.rules import get_rule
+    from psa_tvm.runtime.tuned import tuned_entry
 
     rule = get_rule("tiled")
     found = [rule.default_params(config)]
+    for pass_ in ("forward", "backward"):
+        entry = tuned_entry(DEFAULT_ARCH, pass_, config)
+        if entry is not None and entry["schedule"] == "tiled":
+            params = rule.params_from_dict(entry["params"])
+            if params not in found:
+                found.append(params)
     for values in itertools.product(*grid.values()):
         params = rule.Params(**dict(zip(grid, values, strict=True)))
         smem = config.key_dim * (params.tile_n * config.itemsize + params.pad_bytes)
