@@ -198,3 +198,31 @@ def test_tails_keep_16_byte_kd_accesses(tail_manifest):
         # 8-byte-aligned data: 8-byte accesses on both sides where N allows.
         kernel = choose_kernel(build, "forward", 300, "int32", 8)
         assert (kernel.vec_kd, kernel.vec) == ((4, 4) if build.config.itemsize == 2 else (2, 2))
+
+
+# ----------------------------------------------------------------------- CPU
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cpu_forward_vector_kernel_and_tails_are_exact(dtype):
+    """The CPU library's N % lanes == 0 forward kernel (32-bit types) and the any-N one, on N
+    tails and on misaligned views, bit-exact; d_lo/d_hi exact too."""
+    import torch
+
+    import psa_tvm
+    from psa_tvm import reference
+    from psa_tvm.runtime.cpu import cpu_kernels
+
+    config = OpConfig(32, 2, dtype)
+    kernels = cpu_kernels(config)
+    assert kernels.library.forward_vec == (8 if dtype == "float32" else 1)
+    assert (kernels.forward_vec_fn is not None) == (dtype == "float32")
+    tdt = getattr(torch, dtype)
+    for batch, height, width in ((2, 40, 40), (3, 37, 29), (1, 20, 15), (2, 1, 33), (1, 64, 3)):
+        n = height * width
+        base = torch.randn(2 * batch * 2 * n * 32 + 1).to(tdt)
+        base[base == 0] = 1
+        lo = base[1:1 + batch * 2 * n * 32].view(batch * 2, n, 32)  # element-aligned view
+        hi = base[-batch * 2 * n * 32:].view(batch * 2, n, 32)
+        merged = psa_tvm.merge(lo, hi, 2, height, width)
+        assert torch.equal(merged, reference.merge(lo, hi, 2, height, width)), (dtype, n)
+        d_lo, d_hi = psa_tvm.merge_backward(merged, 2, 32)
+        assert torch.equal(d_lo, lo) and torch.equal(d_hi, hi), (dtype, n)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import threading
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import tvm
 from psa_tvm.compiler.compute import merge_backward, merge_forward
 from psa_tvm.compiler.rules.cpu import CpuTiled
 from psa_tvm.config import OpConfig
-from psa_tvm.runtime.cpu import BACKWARD_SYMBOL, CPU_TARGET, FORWARD_SYMBOL
+from psa_tvm.runtime.cpu import BACKWARD_SYMBOL, CPU_TARGET, FORWARD_SYMBOL, forward_vec_symbol
 
 _HERE = Path(__file__).parent
 POOL_SOURCE = _HERE / "cpu_pool.cc"
@@ -33,7 +34,7 @@ RULE = CpuTiled()
 DEFINITION_DIGEST = hashlib.sha1(b"".join(
     path.read_bytes() for path in (_HERE / "compute.py", _HERE / "rules" / "cpu.py",
                                    POOL_SOURCE, Path(__file__))
-)).hexdigest()[:12]
+) + os.environ.get("PSA_TVM_CPU_MCPU", "").encode()).hexdigest()[:12]
 
 
 def library_path(config: OpConfig) -> str:
@@ -44,12 +45,17 @@ def library_path(config: OpConfig) -> str:
 def compile_cpu(config: OpConfig, path: Path) -> None:
     """Compile both passes for LLVM and export them to ``path`` (a shared library)."""
     params = RULE.default_params(config)
+    kernels = [(FORWARD_SYMBOL, "forward", merge_forward, 1),
+               (BACKWARD_SYMBOL, "backward", merge_backward, 1)]
+    vec = RULE.forward_vec(config, params)
+    if vec > 1:
+        kernels.append((forward_vec_symbol(vec), "forward", merge_forward, vec))
     funcs = {}
-    for symbol, pass_, compute in ((FORWARD_SYMBOL, "forward", merge_forward),
-                                   (BACKWARD_SYMBOL, "backward", merge_backward)):
-        func = compute(config, index_dtype="int64", name=symbol, align=config.itemsize)
-        funcs[symbol] = RULE.apply(func, pass_, config, params)
-    executable = tvm.compile(tvm.IRModule(funcs), target=CPU_TARGET)
+    for symbol, pass_, compute, width in kernels:
+        func = compute(config, vec=width, index_dtype="int64", name=symbol,
+                       align=config.itemsize)
+        funcs[symbol] = RULE.apply(func, pass_, config, params, width)
+    executable = tvm.compile(tvm.IRModule(funcs), target=cpu_target())
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp.so")
     executable.export_library(str(tmp), addons=[str(POOL_SOURCE)],
@@ -62,4 +68,19 @@ def build_cpu_library(config: OpConfig, out_dir: Path) -> dict:
     relative = library_path(config)
     compile_cpu(config, out_dir / relative)
     return {"key_dim": config.key_dim, "num_heads": config.num_heads, "dtype": config.dtype,
-            "path": relative, "target": CPU_TARGET, "definition": DEFINITION_DIGEST}
+            "path": relative, "target": str(cpu_target()), "definition": DEFINITION_DIGEST,
+            "forward_vec": RULE.forward_vec(config, RULE.default_params(config))}
+
+
+def cpu_target() -> tvm.target.Target:
+    """LLVM for ``$PSA_TVM_CPU_MCPU`` (e.g. ``native``), by default x86-64-v3 on x86-64 (AVX2 and
+    its gathers: every x86 server CPU since 2015; the library may be built on one machine and
+    loaded on another), the generic CPU elsewhere."""
+    mcpu = os.environ.get("PSA_TVM_CPU_MCPU")
+    if mcpu == "native":
+        from tvm.target import codegen
+
+        mcpu = codegen.llvm_get_system_cpu()
+    if mcpu is None and platform.machine() in ("x86_64", "AMD64"):
+        mcpu = "x86-64-v3"
+    return tvm.target.Target({"kind": CPU_TARGET, **({"mcpu": mcpu} if mcpu else {})})

@@ -20,6 +20,11 @@ from psa_tvm.runtime.manifest import CpuLibrarySpec, Manifest
 
 CPU_TARGET = "llvm"
 FORWARD_SYMBOL, BACKWARD_SYMBOL = "psa_merge_fwd_cpu", "psa_merge_bwd_cpu"
+
+
+def forward_vec_symbol(vec: int) -> str:
+    """The forward kernel for ``N = NV * vec`` (``NV`` is its last argument)."""
+    return f"{FORWARD_SYMBOL}_v{vec}"
 _LOADED: dict[tuple[OpConfig, Path], CpuKernels] = {}
 _LOCK = threading.Lock()
 
@@ -32,10 +37,15 @@ class CpuKernels:
     library: CpuLibrarySpec
     forward_fn: Any
     backward_fn: Any
+    forward_vec_fn: Any = None  # N = NV * library.forward_vec: vector stores without a tail test
 
     def forward(self, lo: Any, hi: Any, out5: Any, n: int) -> None:
         """``out5`` is the merged output viewed as ``[B, nh, 2, kd, N]``."""
-        self.forward_fn(lo, hi, out5, n)
+        vec = self.library.forward_vec
+        if self.forward_vec_fn is not None and n % vec == 0:
+            self.forward_vec_fn(lo, hi, out5, n // vec)
+        else:
+            self.forward_fn(lo, hi, out5, n)
 
     def backward(self, g5: Any, d_lo: Any, d_hi: Any, n: int) -> None:
         """``g5`` is ``d_merged`` viewed as ``[B, nh, 2, kd, N]``."""
@@ -97,8 +107,10 @@ def cpu_kernels(config: OpConfig, root: Path | None = None) -> CpuKernels:
 
             library = find_cpu_library(config, root)
             module = tvm_ffi.load_module(str(library.path))
+            forward_vec = (module[forward_vec_symbol(library.forward_vec)]
+                           if library.forward_vec > 1 else None)
             loaded = _LOADED[key] = CpuKernels(config, library, module[FORWARD_SYMBOL],
-                                               module[BACKWARD_SYMBOL])
+                                               module[BACKWARD_SYMBOL], forward_vec)
         return loaded
 
 

@@ -225,12 +225,13 @@ class CpuLibrarySpec:
     path: Path
     target: str
     definition: str  # digest of the TensorIR and CPU schedule that built it
+    forward_vec: int = 1  # > 1: also a forward kernel for N % forward_vec == 0
 
     @classmethod
     def from_json(cls, root: Path, data: dict) -> CpuLibrarySpec:
         return cls(config=OpConfig(data["key_dim"], data["num_heads"], data["dtype"]),
                    path=root / data["path"], target=data["target"],
-                   definition=data["definition"])
+                   definition=data["definition"], forward_vec=data.get("forward_vec", 1))
 
 
 @dataclass(frozen=True)

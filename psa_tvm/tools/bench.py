@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 from dataclasses import asdict, dataclass
@@ -402,6 +403,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run the CPU section (torch eager, copy_, psa-tvm)")
     parser.add_argument("--cpu-only", action="store_true", help="only the CPU section")
     parser.add_argument("--cpu-reps", type=int, default=20)
+    parser.add_argument("--cpu-threads", type=int, default=None,
+                        help="threads for torch and psa-tvm's CPU pool (default: all cores)")
     parser.add_argument("--out", default="bench-out")
     parser.add_argument("--replot", metavar="BENCH_JSON",
                         help="only redraw the table and plot of an earlier run (no GPU needed)")
@@ -463,7 +466,13 @@ def run_command(args: argparse.Namespace) -> int:
         records = run(args)
         meta.update(gpu=torch.cuda.get_device_name(),
                     host_overhead=host_overhead(args.artifacts))
-    cpu_records = run_cpu(args) if args.cpu or args.cpu_only else []
+    cpu_records = []
+    if args.cpu or args.cpu_only:
+        if args.cpu_threads:  # before the first CPU library loads: its pool reads it once
+            os.environ["PSA_TVM_CPU_THREADS"] = str(args.cpu_threads)
+            torch.set_num_threads(args.cpu_threads)
+        meta["cpu_threads"] = torch.get_num_threads()
+        cpu_records = run_cpu(args)
     out.mkdir(parents=True, exist_ok=True)
     print(_write(out, meta, records, cpu_records, args.schedules))
     return 0

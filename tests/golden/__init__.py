@@ -16,7 +16,7 @@ GOLDEN_CONFIG = OpConfig(8, 1, "float32")
 CASES = (("rowwise", "forward", 1), ("rowwise", "backward", 1), ("tiled", "forward", 4),
          ("tiled", "backward", 4), ("tiled", "forward", 1), ("tiled", "backward", 1),
          ("tiled", "forward", 1, 4), ("tiled", "backward", 1, 4), ("cpu", "forward", 1),
-         ("cpu", "backward", 1))
+         ("cpu", "forward", 8), ("cpu", "backward", 1))
 
 
 def case_id(case: tuple) -> str:
@@ -41,7 +41,7 @@ def scheduled(rule_name: str, pass_: str, vec: int, vec_kd: int | None = None):
 
         func = compute(GOLDEN_CONFIG, vec=vec, index_dtype="int64", name=name,
                        align=GOLDEN_CONFIG.itemsize)
-        return RULE.apply(func, pass_, GOLDEN_CONFIG, RULE.default_params(GOLDEN_CONFIG))
+        return RULE.apply(func, pass_, GOLDEN_CONFIG, RULE.default_params(GOLDEN_CONFIG), vec)
     rule = get_rule(rule_name)
     func = compute(GOLDEN_CONFIG, vec=vec, name=name)
     return rule.apply(func, pass_, GOLDEN_CONFIG, rule.default_params(GOLDEN_CONFIG), vec,
