@@ -215,14 +215,23 @@ def test_cpu_forward_vector_kernel_and_tails_are_exact(dtype):
     kernels = cpu_kernels(config)
     assert kernels.library.forward_vec == (8 if dtype == "float32" else 1)
     assert (kernels.forward_vec_fn is not None) == (dtype == "float32")
+    # 16-bit types: the pair kernels on 32-bit words (forward for N % 16 == 0, backward N even)
+    assert kernels.library.pairs_forward_vec == (0 if dtype == "float32" else 8)
+    assert (kernels.pairs_backward_fn is not None) == (dtype != "float32")
     tdt = getattr(torch, dtype)
-    for batch, height, width in ((2, 40, 40), (3, 37, 29), (1, 20, 15), (2, 1, 33), (1, 64, 3)):
+    for batch, height, width in ((2, 40, 40), (3, 37, 29), (1, 20, 15), (2, 1, 33), (1, 64, 3),
+                                 (2, 3, 2)):
         n = height * width
         base = torch.randn(2 * batch * 2 * n * 32 + 1).to(tdt)
         base[base == 0] = 1
         lo = base[1:1 + batch * 2 * n * 32].view(batch * 2, n, 32)  # element-aligned view
         hi = base[-batch * 2 * n * 32:].view(batch * 2, n, 32)
-        merged = psa_tvm.merge(lo, hi, 2, height, width)
-        assert torch.equal(merged, reference.merge(lo, hi, 2, height, width)), (dtype, n)
-        d_lo, d_hi = psa_tvm.merge_backward(merged, 2, 32)
-        assert torch.equal(d_lo, lo) and torch.equal(d_hi, hi), (dtype, n)
+        for a, b in ((lo, hi), (lo.clone(), hi)):  # misaligned, then aligned lo
+            merged = psa_tvm.merge(a, b, 2, height, width)
+            assert torch.equal(merged, reference.merge(a, b, 2, height, width)), (dtype, n)
+            d_lo, d_hi = psa_tvm.merge_backward(merged, 2, 32)
+            assert torch.equal(d_lo, a) and torch.equal(d_hi, b), (dtype, n)
+            views = psa_tvm.merge_backward(merged[:, :, :, :], 2, 32,
+                                           d_lo=torch.empty_like(base)[1:1 + a.numel()].view(
+                                               a.shape), d_hi=torch.empty_like(b))
+            assert torch.equal(views[0], a) and torch.equal(views[1], b), (dtype, n)

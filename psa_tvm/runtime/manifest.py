@@ -226,12 +226,16 @@ class CpuLibrarySpec:
     target: str
     definition: str  # digest of the TensorIR and CPU schedule that built it
     forward_vec: int = 1  # > 1: also a forward kernel for N % forward_vec == 0
+    pairs_forward_vec: int = 0  # > 0: a 16-bit forward kernel on 32-bit words, N % (2*vec) == 0
+    pairs_backward: bool = False  # a 16-bit backward kernel on 32-bit words, N even
 
     @classmethod
     def from_json(cls, root: Path, data: dict) -> CpuLibrarySpec:
         return cls(config=OpConfig(data["key_dim"], data["num_heads"], data["dtype"]),
                    path=root / data["path"], target=data["target"],
-                   definition=data["definition"], forward_vec=data.get("forward_vec", 1))
+                   definition=data["definition"], forward_vec=data.get("forward_vec", 1),
+                   pairs_forward_vec=data.get("pairs_forward_vec", 0),
+                   pairs_backward=data.get("pairs_backward", False))
 
 
 @dataclass(frozen=True)

@@ -427,10 +427,13 @@ def _write(out: Path, meta: dict, records: list[dict], cpu_records: list[dict],
                   markdown(records, schedules)]
         if meta.get("host_overhead"):
             parts.append(f"host overhead: {meta['host_overhead']}")
-        plot([r for r in records if r["label"] in {s.label for s in yolo_shapes()}],
-             schedules, out / "bench.png")
-        plot([r for r in records if r["label"] in {s.label for s in tail_shapes()}],
-             schedules, out / "bench_tails.png")
+        try:
+            plot([r for r in records if r["label"] in {s.label for s in yolo_shapes()}],
+                 schedules, out / "bench.png")
+            plot([r for r in records if r["label"] in {s.label for s in tail_shapes()}],
+                 schedules, out / "bench_tails.png")
+        except ImportError as err:  # matplotlib is optional: tables and JSON still written
+            print(f"no plot: {err}", file=sys.stderr)
     if cpu_records:
         parts += [f"CPU ({meta.get('cpu', '?')}), median wall time, [time / copy_ time]:",
                   cpu_markdown(cpu_records)]

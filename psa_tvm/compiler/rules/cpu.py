@@ -67,23 +67,34 @@ class CpuTiled:
         return params.vector_bytes // config.itemsize if config.itemsize == 4 else 1
 
     def apply(self, func: PrimFunc, pass_: Pass, config: OpConfig, params: CpuParams,
-              vec: int = 1) -> PrimFunc:
-        """Schedule one pass's PrimFunc (built with ``N = NV * vec``, any index dtype)."""
+              vec: int = 1, pairs: bool = False) -> PrimFunc:
+        """Schedule one pass's PrimFunc (built with ``N = NV * vec``, any index dtype).
+
+        ``pairs``: the 32-bit-word definitions of :mod:`psa_tvm.compiler.cpu_pairs` (16-bit
+        types): the loop over the two halves of a word (``d`` forward, ``n`` backward) is
+        unrolled so that each copy is straight bit operations.
+        """
         self.check_params(config, params)
         if params.tile_n % vec:
             raise ValueError(f"tile_n={params.tile_n} is not a multiple of vec={vec}")
         sch, name = new_schedule(func)
         _, b, h, s, d, n = pass_loops(sch, pass_)
         n_tile, n_in = sch.split(n, [None, params.tile_n])
-        lanes = params.vector_bytes // config.itemsize
+        itemsize = 4 if pairs else config.itemsize
+        lanes = params.vector_bytes // itemsize
+        row = config.key_dim // 2 if pairs else config.key_dim
         if pass_ == "forward" and vec > 1:  # whole-vector stores along n, one tail test each
             sch.reorder(b, h, s, n_tile, d, n_in)
             _, vector_loop = sch.split(n_in, [None, vec])
+            if pairs:
+                sch.unroll(sch.split(d, [None, 2])[1])
         else:  # whole vectors along d: loads (forward) or stores (backward) of kd rows
             sch.reorder(b, h, s, n_tile, n_in, d)
             vector_loop = d
-            if config.key_dim > lanes and config.key_dim % lanes == 0:
+            if row > lanes and row % lanes == 0:
                 _, vector_loop = sch.split(d, [None, lanes])
+            if pairs:
+                sch.unroll(sch.split(n_in, [None, 2])[1])
         sch.parallel(sch.fuse(b, h, s))
         sch.vectorize(vector_loop)
         return finish(sch, name)
