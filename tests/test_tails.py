@@ -218,6 +218,9 @@ def test_cpu_forward_vector_kernel_and_tails_are_exact(dtype):
     # 16-bit types: the pair kernels on 32-bit words (forward for N % 16 == 0, backward N even)
     assert kernels.library.pairs_forward_vec == (0 if dtype == "float32" else 8)
     assert (kernels.pairs_backward_fn is not None) == (dtype != "float32")
+    import tvm_ffi
+
+    tvm_ffi.load_module(str(kernels.library.path))["psa_tvm_own_pool"]()  # cpu_pool.cc's switch
     tdt = getattr(torch, dtype)
     for batch, height, width in ((2, 40, 40), (3, 37, 29), (1, 20, 15), (2, 1, 33), (1, 64, 3),
                                  (2, 3, 2)):

@@ -7,6 +7,7 @@ the compiler is installed and the default directory lacks one, it is built there
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,6 +145,10 @@ def cpu_kernels(config: OpConfig, root: Path | None = None) -> CpuKernels:
 
             library = find_cpu_library(config, root)
             module = tvm_ffi.load_module(str(library.path))
+            # The library's own thread pool, also where TVM is imported (cpu_pool.cc); a
+            # library built before the pool had the function runs as it is.
+            with contextlib.suppress(AttributeError, KeyError, RuntimeError, ValueError):
+                module["psa_tvm_own_pool"]()
             forward_vec = (module[forward_vec_symbol(library.forward_vec)]
                            if library.forward_vec > 1 else None)
             pairs_fwd = (module[pairs_symbol("forward", library.pairs_forward_vec)]
