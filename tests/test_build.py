@@ -22,7 +22,12 @@ from tvm import tirx
 from psa_tvm import cli
 from psa_tvm._version import __version__
 from psa_tvm.compiler import cpu
-from psa_tvm.compiler.artifact import BuildRequest, build_artifacts, schedule_module
+from psa_tvm.compiler.artifact import (
+    BuildRequest,
+    build_artifacts,
+    schedule_module,
+    variant_widths,
+)
 from psa_tvm.compiler.lower import lower_cuda
 from psa_tvm.config import OpConfig
 from psa_tvm.runtime import cpu as runtime_cpu
@@ -110,7 +115,7 @@ def test_manifest_has_every_dtype_schedule_and_arch(manifest, raw_manifest):
 
 def test_every_build_has_its_kernel_variants(manifest):
     for build in manifest.builds:
-        variants = {(k.pass_, k.vec, k.index_dtype) for k in build.kernels}
+        variants = {(k.pass_, k.vec_kd, k.vec, k.index_dtype) for k in build.kernels}
         assert len(variants) == len(build.kernels), "duplicate variants"
         itemsize = ITEMSIZE[build.config.dtype]
         if build.schedule == "rowwise":
@@ -122,14 +127,17 @@ def test_every_build_has_its_kernel_variants(manifest):
                          if k.pass_ == pass_ and k.index_dtype == "int32")
             assert widest == build.vector_width
             for index_dtype in ("int32", "int64"):
-                vecs = {k.vec for k in build.kernels
-                        if k.pass_ == pass_ and k.index_dtype == index_dtype}
-                assert 1 in vecs, f"{build.source.name}: no scalar {pass_} {index_dtype} kernel"
-                assert max(vecs) * itemsize <= 16
+                widths = [(k.vec_kd, k.vec) for k in build.kernels
+                          if k.pass_ == pass_ and k.index_dtype == index_dtype]
+                assert sorted(widths, reverse=True) == sorted(
+                    variant_widths(build.vector_width, index_dtype), reverse=True)
+                assert (1, 1) in widths, f"{build.source.name}: no scalar {pass_} kernel"
+                assert max(max(w) for w in widths) * itemsize <= 16
                 if build.schedule == "tiled":
-                    assert max(vecs) > 1, "the tiled rule vectorizes every index width"
+                    assert max(w[0] for w in widths) > 1, "tiled vectorizes every index width"
         for kernel in build.kernels:
-            symbol = kernel_symbol(kernel.pass_, build.schedule, kernel.vec, kernel.index_dtype)
+            symbol = kernel_symbol(kernel.pass_, build.schedule, kernel.vec, kernel.index_dtype,
+                                   kernel.vec_kd)
             assert kernel.entry == f"{symbol}_kernel"
 
 
@@ -185,8 +193,8 @@ def test_manifest_contract_matches_lowered_tir(manifest, raw_manifest, dtype, sc
     for kernel, raw_kernel in zip(build.kernels, raw["kernels"], strict=True):
         symbol = kernel.entry.removesuffix("_kernel")
         variant, func = scheduled[symbol]
-        assert (variant.pass_, variant.vec, variant.index_dtype) == (
-            kernel.pass_, kernel.vec, kernel.index_dtype)
+        assert (variant.pass_, variant.vec, variant.vec_kd, variant.index_dtype) == (
+            kernel.pass_, kernel.vec, kernel.vec_kd, kernel.index_dtype)
         contract = lowered.kernels[symbol]
         assert contract["entry"] == kernel.entry
         assert [p["name"] for p in contract["params"]] == [p.name for p in kernel.params]
@@ -245,8 +253,8 @@ def test_int64_variants_take_int64_params(manifest):
             decls = kernels[kernel.entry][1]
             assert decls[-2:] == ["int64_t B", "int64_t NV"], kernel.entry
             assert all("T.int64" in e or e.isdigit() for e in kernel.grid + kernel.block)
-    assert seen == 2 * len(manifest.builds) + 2 * sum(b.schedule == "tiled"
-                                                      for b in manifest.builds)
+    assert seen == sum(2 * len(variant_widths(b.vector_width, "int64"))
+                       for b in manifest.builds)
 
 
 # ----------------------------------------------------------------------- device binaries
@@ -393,7 +401,9 @@ def test_tiled_kernels_do_not_spill(manifest):
                 assert report["stack_frame"] == 0, (kernel.entry, arch, report)
                 assert report["registers"] > 0
                 checked += 1
-    assert checked == len(DTYPES) * 8 * len(ARCHS)
+    per_dtype = sum(2 * len(variant_widths(16 // ITEMSIZE[d], i))
+                    for d in DTYPES for i in ("int32", "int64"))
+    assert checked == per_dtype * len(ARCHS)
 
 
 def _global_accesses(body: str, pointers: list[str]) -> tuple[set[str], int]:
@@ -412,6 +422,8 @@ def test_tiled_vectorized_variants_use_16_byte_accesses(manifest):
         itemsize = ITEMSIZE[build.config.dtype]
         wide = "float4" if build.config.dtype == "float32" else "uint4"
         for kernel in build.kernels:
+            if kernel.vec != kernel.vec_kd:
+                continue  # one width per side: tests/test_tails.py
             pointers = [p.name for p in kernel.params if p.kind == "ptr"]
             body = kernels[kernel.entry][2]
             vector, scalar = _global_accesses(body, pointers)
@@ -421,7 +433,7 @@ def test_tiled_vectorized_variants_use_16_byte_accesses(manifest):
             assert scalar == 0, f"{kernel.entry}: scalar global access in a vector kernel"
             assert {VECTOR_BYTES[t] for t in vector} == {kernel.vec * itemsize}, (
                 kernel.entry, vector)
-            if kernel.index_dtype == "int32":
+            if kernel.index_dtype == "int32" and kernel.vec == build.vector_width:
                 assert vector == {wide}, (kernel.entry, vector)
             for pointer in pointers:  # loads and stores both go through the wide type
                 assert re.search(rf"\*\(\w+\*\)\({pointer}\b", body), (kernel.entry, pointer)

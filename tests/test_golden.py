@@ -7,10 +7,10 @@ import pytest
 
 tvm = pytest.importorskip("tvm")
 
-from tests.golden import CASES, golden_path, scheduled  # noqa: E402
+from tests.golden import CASES, case_id, golden_path, scheduled  # noqa: E402
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "{}-{}-v{}".format(*c))
+@pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_scheduled_tir_matches_the_golden_file(case):
     expected = tvm.script.from_source(golden_path(*case).read_text())
     actual = scheduled(*case)

@@ -18,4 +18,6 @@ def test_every_subpackage_and_the_schedules_are_listed_in_pyproject():
     assert on_disk <= listed, f"not packaged: {sorted(on_disk - listed)}"
     assert config["package-dir"]["psa_tvm.schedules"] == "schedules"
     assert "*.json" in config["package-data"]["psa_tvm.schedules"]
+    assert "*.cc" in config["package-data"]["psa_tvm.compiler"]  # the CPU thread pool
+    assert (ROOT / "psa_tvm" / "compiler" / "cpu_pool.cc").is_file()
     assert (ROOT / "schedules" / "sm_90.json").is_file()

@@ -56,17 +56,16 @@ def bwd_outputs(batch, n, d_lo=P_DLO, d_hi=P_DHI):
     return [(d_lo, (batch * NH, n, KD)), (d_hi, (batch * NH, n, KD))]
 
 
-def expected_kernel(build, pass_, n, *, aligned=True, index_dtype="int32"):
-    """The variant the launcher should pick: the widest whose vector width divides N, when every
-    pointer is 16-byte aligned; the scalar one otherwise."""
-    variants = sorted((k for k in build.kernels
-                       if k.pass_ == pass_ and k.index_dtype == index_dtype),
-                      key=lambda k: -k.vec)
-    assert variants[-1].vec == 1, "every build needs a scalar fallback"
-    for kernel in variants:
-        if kernel.vec == 1 or (aligned and n % kernel.vec == 0):
-            return kernel
-    raise AssertionError("unreachable")
+def expected_kernel(build, pass_, n, *, alignment=16, index_dtype="int32"):
+    """The variant the launcher should pick (CONTEXT.md's rule): among the kernels whose ``vec``
+    divides N and whose widest access the pointers' alignment (bytes) allows, the one maximising
+    ``(vec_kd, vec)``."""
+    itemsize = build.config.itemsize
+    variants = [k for k in build.kernels if k.pass_ == pass_ and k.index_dtype == index_dtype]
+    assert any(k.vec == k.vec_kd == 1 for k in variants), "every build needs a scalar fallback"
+    fits = [k for k in variants
+            if n % k.vec == 0 and alignment % (max(k.vec, k.vec_kd) * itemsize) == 0]
+    return max(fits, key=lambda k: (k.vec_kd, k.vec))
 
 
 def manifest_dims(kernel, batch, n):
@@ -122,15 +121,16 @@ def test_grid_and_block_agree_with_manifest_expressions(ops, manifest, dtype, sc
 
 
 @pytest.mark.parametrize(("dtype", "width"), [("float16", 8), ("float32", 4)])
-def test_tail_selects_scalar_and_multiple_selects_vector(ops, manifest, dtype, width):
+def test_tail_narrows_only_the_n_side(ops, manifest, dtype, width):
     op = ops[(dtype, "tiled")]
     assert manifest.find(OpConfig(KD, NH, dtype), "tiled").vector_width == width
     for n in (width, 5 * width, 400 - 400 % width):
         assert op.plan_forward(fwd_pairs(2, n)).kernel.vec == width
         assert op.plan_backward(grad_pair(2, n, 1)).kernel.vec == width
-    for n in (1, width - 1, 5 * width + 1, 91):
-        assert op.plan_forward(fwd_pairs(2, n)).kernel.vec == 1
-        assert op.plan_backward(grad_pair(2, n, 1)).kernel.vec == 1
+    for n in (1, width - 1, 5 * width + 1, 91, 300, 6):
+        along_n = min(width, n & -n)  # the largest power of two dividing N, up to the width
+        for plan in (op.plan_forward(fwd_pairs(2, n)), op.plan_backward(grad_pair(2, n, 1))):
+            assert (plan.kernel.vec_kd, plan.kernel.vec) == (width, along_n), n
 
 
 def test_bare_shapes_plan_like_aligned_pairs(ops):
@@ -202,11 +202,13 @@ def test_misaligned_pointer_selects_the_scalar_kernel(ops, manifest, misaligned)
     aligned_plan = op.plan_forward(fwd_pairs(2, 400), (P_OUT, (2, C, 20, 20)))
     assert aligned_plan.kernel.vec == build.vector_width > 1
     plan = op.plan_forward(inputs, out)
-    assert plan.kernel == expected_kernel(build, "forward", 400, aligned=False)
-    assert plan.kernel.vec == 1
+    assert plan.kernel == expected_kernel(build, "forward", 400, alignment=8)
+    assert (plan.kernel.vec_kd, plan.kernel.vec) == (4, 4)  # 8-byte accesses on both sides
     visitor = RecordingVisitor()
     op.pack_args(inputs, out, visitor)
-    assert ("int32", "NV", 400) in visitor.args  # NV = N for the scalar kernel
+    assert ("int32", "NV", 100) in visitor.args  # NV = N / 4
+    odd = op.plan_forward(fwd_pairs(2, 400, P_LO + 2), out)  # 2-byte aligned: scalar
+    assert (odd.kernel.vec_kd, odd.kernel.vec) == (1, 1)
     assert plan.grid == manifest_dims(plan.kernel, 2, 400)[0]
 
 

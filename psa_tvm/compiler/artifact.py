@@ -7,7 +7,8 @@ Layout of an artifact directory::
     kd32_nh4_float16/tiled-1a2b3c4d.fatbin
 
 One *build* is one (config, schedule, schedule parameters): a single source holding both passes
-in every variant the launcher may pick (16-byte vectors or scalar, int32 or int64 indexing).
+in every variant the launcher may pick (the access widths along kd and along N, from 16 bytes
+down to scalar, and int32 or int64 indexing).
 """
 
 from __future__ import annotations
@@ -72,8 +73,31 @@ class Variant:
     """What one kernel of a build is specialised for."""
 
     pass_: str
-    vec: int
+    vec: int  # width on the side contiguous along N; the kernel needs N % vec == 0
     index_dtype: str
+    vec_kd: int  # width on the side contiguous along kd (aligned whatever N is)
+
+
+def _halvings(width: int) -> list[int]:
+    """``width, width/2, ..., 1`` for a power of two."""
+    return [width >> i for i in range(width.bit_length())]
+
+
+def variant_widths(full: int, index_dtype: str) -> list[tuple[int, int]]:
+    """The ``(vec_kd, vec)`` pairs built for a rule whose widest access is ``full`` elements.
+
+    The kd side keeps its widest width for every N-side width down to scalar, so an ``N`` tail
+    narrows only the side that needs it. For data aligned to less than 16 bytes, each narrower
+    kd width comes with the same N width and with a scalar N side (misaligned views are rare;
+    this keeps the count at 9 kernels per pass and index type for 16-bit types). int64 kernels
+    cap the kd side at ``_INT64_MAX_LANES`` (its scattered shared accesses need an index vector
+    of as many int64 lanes); their N side, a plain ramp, keeps every width.
+    """
+    kd_widest = full if index_dtype == "int32" else min(full, _INT64_MAX_LANES)
+    pairs = [(kd_widest, vec) for vec in _halvings(full)]
+    for width in _halvings(kd_widest)[1:]:
+        pairs += [(width, width), (width, 1)]
+    return list(dict.fromkeys(pairs))
 
 
 def schedule_module(request: BuildRequest) -> dict[str, tuple[Variant, Any]]:
@@ -85,12 +109,12 @@ def schedule_module(request: BuildRequest) -> dict[str, tuple[Variant, Any]]:
     funcs = {}
     for pass_, compute in _pass_functions(request.op).items():
         for index_dtype in INDEX_DTYPES:
-            widest = full_vec if index_dtype == "int32" else min(full_vec, _INT64_MAX_LANES)
-            for vec in sorted({widest, 1}, reverse=True):
-                symbol = kernel_symbol(pass_, request.schedule, vec, index_dtype, request.op)
+            for vec_kd, vec in variant_widths(full_vec, index_dtype):
+                symbol = kernel_symbol(pass_, request.schedule, vec, index_dtype, vec_kd,
+                                       op=request.op)
                 func = compute(request.config, vec=vec, index_dtype=index_dtype, name=symbol)
-                funcs[symbol] = (Variant(pass_, vec, index_dtype),
-                                 rule.apply(func, pass_, request.config, params, vec))
+                funcs[symbol] = (Variant(pass_, vec, index_dtype, vec_kd),
+                                 rule.apply(func, pass_, request.config, params, vec, vec_kd))
     return funcs
 
 
@@ -118,7 +142,7 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
     kernels = []
     for symbol, contract in lowered.kernels.items():
         variant = scheduled[symbol][0]
-        kernels.append({"pass": variant.pass_, "vec": variant.vec,
+        kernels.append({"pass": variant.pass_, "vec": variant.vec, "vec_kd": variant.vec_kd,
                         "index_dtype": variant.index_dtype, **contract,
                         "resources": compiled.resources.get(contract["entry"], {})})
     folder = Path(request.stem).parent

@@ -7,6 +7,7 @@ the compiler is installed and the default directory lacks one, it is built there
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,35 @@ from psa_tvm.runtime.manifest import CpuLibrarySpec, Manifest
 
 CPU_TARGET = "llvm"
 FORWARD_SYMBOL, BACKWARD_SYMBOL = "psa_merge_fwd_cpu", "psa_merge_bwd_cpu"
+
+
+def forward_vec_symbol(vec: int) -> str:
+    """The forward kernel for ``N = NV * vec`` (``NV`` is its last argument)."""
+    return f"{FORWARD_SYMBOL}_v{vec}"
+
+
+def pairs_symbol(pass_: str, vec: int = 1) -> str:
+    """A 16-bit kernel on 32-bit words (element pairs): forward for ``N = 2 * NV * vec``,
+    backward for ``N = 2 * NP``."""
+    return (f"{FORWARD_SYMBOL}_pairs_v{vec}" if pass_ == "forward"
+            else f"{BACKWARD_SYMBOL}_pairs")
+
+
+def _as_words(t: Any) -> Any:
+    """The same memory as 32-bit words (pairs of 16-bit elements), or ``None`` where the view
+    does not exist (odd last dimension, data not 4-byte aligned, not torch/numpy)."""
+    try:
+        if type(t).__module__.split(".")[0] == "torch":
+            import torch
+
+            return t.view(torch.int32)
+        if type(t).__module__.split(".")[0] == "numpy":
+            import numpy
+
+            return t.view(numpy.int32)
+    except (RuntimeError, ValueError, TypeError):
+        return None
+    return None
 _LOADED: dict[tuple[OpConfig, Path], CpuKernels] = {}
 _LOCK = threading.Lock()
 
@@ -32,13 +62,31 @@ class CpuKernels:
     library: CpuLibrarySpec
     forward_fn: Any
     backward_fn: Any
+    forward_vec_fn: Any = None  # N = NV * library.forward_vec: vector stores without a tail test
+    pairs_forward_fn: Any = None  # 16-bit: on 32-bit words, N = 2 * NV * pairs_forward_vec
+    pairs_backward_fn: Any = None  # 16-bit: on 32-bit words, N even
 
     def forward(self, lo: Any, hi: Any, out5: Any, n: int) -> None:
         """``out5`` is the merged output viewed as ``[B, nh, 2, kd, N]``."""
-        self.forward_fn(lo, hi, out5, n)
+        pairs = 2 * self.library.pairs_forward_vec
+        if self.pairs_forward_fn is not None and n % pairs == 0:
+            words = [_as_words(t) for t in (lo, hi, out5)]
+            if all(w is not None for w in words):
+                self.pairs_forward_fn(*words, n // pairs)
+                return
+        vec = self.library.forward_vec
+        if self.forward_vec_fn is not None and n % vec == 0:
+            self.forward_vec_fn(lo, hi, out5, n // vec)
+        else:
+            self.forward_fn(lo, hi, out5, n)
 
     def backward(self, g5: Any, d_lo: Any, d_hi: Any, n: int) -> None:
         """``g5`` is ``d_merged`` viewed as ``[B, nh, 2, kd, N]``."""
+        if self.pairs_backward_fn is not None and n % 2 == 0:
+            words = [_as_words(t) for t in (g5, d_lo, d_hi)]
+            if all(w is not None for w in words):
+                self.pairs_backward_fn(*words, n // 2)
+                return
         self.backward_fn(g5, d_lo, d_hi, n)
 
 
@@ -97,8 +145,18 @@ def cpu_kernels(config: OpConfig, root: Path | None = None) -> CpuKernels:
 
             library = find_cpu_library(config, root)
             module = tvm_ffi.load_module(str(library.path))
+            # The library's own thread pool, also where TVM is imported (cpu_pool.cc); a
+            # library built before the pool had the function runs as it is.
+            with contextlib.suppress(AttributeError, KeyError, RuntimeError, ValueError):
+                module["psa_tvm_own_pool"]()
+            forward_vec = (module[forward_vec_symbol(library.forward_vec)]
+                           if library.forward_vec > 1 else None)
+            pairs_fwd = (module[pairs_symbol("forward", library.pairs_forward_vec)]
+                         if library.pairs_forward_vec else None)
+            pairs_bwd = module[pairs_symbol("backward")] if library.pairs_backward else None
             loaded = _LOADED[key] = CpuKernels(config, library, module[FORWARD_SYMBOL],
-                                               module[BACKWARD_SYMBOL])
+                                               module[BACKWARD_SYMBOL], forward_vec, pairs_fwd,
+                                               pairs_bwd)
         return loaded
 
 

@@ -9,6 +9,8 @@ Nothing else in the package reads ``os.environ``: a reader of this module sees e
 | ``PSA_TVM_SCHEDULES`` | a tuned-table directory searched before the shipped one |
 | ``PSA_TVM_NVCC`` | the ``nvcc`` to compile with (else ``$CUDA_HOME/bin/nvcc``, then ``PATH``) |
 | ``PSA_TVM_NATIVE`` | ``0`` runs the Python launcher instead of the native library |
+| ``PSA_TVM_CPU_THREADS`` | threads of the CPU libraries' own pool (default: all cores) |
+| ``PSA_TVM_CPU_MCPU`` | LLVM ``-mcpu`` of CPU builds (default: x86-64-v3 on x86-64) |
 | ``CXX`` | the C++ compiler that builds the native library (else ``g++``, then ``c++``) |
 | ``CUDA_HOME``, ``CUDA_PATH`` | CUDA roots: nvcc, headers for NVRTC and the native library |
 """
@@ -78,3 +80,14 @@ def native_enabled() -> bool:
 def cxx_compiler() -> str | None:
     """``$CXX`` when set: the C++ compiler for the native library."""
     return os.environ.get("CXX") or None
+
+
+def cpu_mcpu() -> str | None:
+    """``$PSA_TVM_CPU_MCPU``: the LLVM ``-mcpu`` CPU libraries are built for."""
+    return os.environ.get("PSA_TVM_CPU_MCPU") or None
+
+
+def set_cpu_threads(threads: int) -> None:
+    """Threads of the CPU libraries' pool (read once, when the first library loads; the pool
+    itself is C++ and reads ``PSA_TVM_CPU_THREADS`` from the environment)."""
+    os.environ["PSA_TVM_CPU_THREADS"] = str(threads)

@@ -30,10 +30,16 @@ _FUNCS = {"min": min, "max": max}
 
 
 def kernel_symbol(pass_: str, schedule: str, vec: int, index_dtype: str,
-                  op: str = "merge") -> str:
-    """Global symbol of one kernel variant; TVM appends ``_kernel`` for the device entry."""
+                  vec_kd: int | None = None, op: str = "merge") -> str:
+    """Global symbol of one kernel variant; TVM appends ``_kernel`` for the device entry.
+
+    ``vec`` is the width along N, ``vec_kd`` the width along kd, named only where it differs
+    (``psa_merge_fwd_tiled_v2k8_i32``), so symbols of equal widths read as before. ``op`` is the
+    op of the layout family (``merge``, or a pack/stream op of psa_tvm/layouts.py).
+    """
     short = {"forward": "fwd", "backward": "bwd"}[pass_]
-    return f"psa_{op}_{short}_{schedule}_v{vec}_{'i64' if index_dtype == 'int64' else 'i32'}"
+    widths = f"v{vec}" if vec_kd in (None, vec) else f"v{vec}k{vec_kd}"
+    return f"psa_{op}_{short}_{schedule}_{widths}_{'i64' if index_dtype == 'int64' else 'i32'}"
 
 
 @lru_cache(maxsize=512)
@@ -222,12 +228,17 @@ class CpuLibrarySpec:
     path: Path
     target: str
     definition: str  # digest of the TensorIR and CPU schedule that built it
+    forward_vec: int = 1  # > 1: also a forward kernel for N % forward_vec == 0
+    pairs_forward_vec: int = 0  # > 0: a 16-bit forward kernel on 32-bit words, N % (2*vec) == 0
+    pairs_backward: bool = False  # a 16-bit backward kernel on 32-bit words, N even
 
     @classmethod
     def from_json(cls, root: Path, data: dict) -> CpuLibrarySpec:
         return cls(config=OpConfig(data["key_dim"], data["num_heads"], data["dtype"]),
                    path=root / data["path"], target=data["target"],
-                   definition=data["definition"])
+                   definition=data["definition"], forward_vec=data.get("forward_vec", 1),
+                   pairs_forward_vec=data.get("pairs_forward_vec", 0),
+                   pairs_backward=data.get("pairs_backward", False))
 
 
 @dataclass(frozen=True)

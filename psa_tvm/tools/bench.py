@@ -3,7 +3,12 @@
 Runs on the GPU host from prebuilt artifacts (no TVM there). For every shape and dtype it times,
 in one process and on the same non-zero inputs: a device-to-device copy of the same bytes (the
 floor), PyTorch eager, ``torch.compile`` (static per shape, and one dynamic-shape build), and each
-of our schedules. Writes ``bench.json``, ``bench.md`` and ``bench.png`` to ``--out``.
+of our schedules. Every row has two times: CUDA events around the call (L2 flushed, GPU spun so
+the launch is queued first) and the kernel time CUPTI reports through ``torch.profiler``; the
+ratio to the copy is taken from the profiler times. Shapes: the square YOLO maps (``yolo``) and
+rectangular and odd grids (``tails``: 20x15, 20x12, 40x23, 37x29, 1x33, 64x3). ``--cpu`` adds a
+CPU section (torch eager, torch ``copy_``, psa-tvm's CPU library), which needs no GPU.
+Writes ``bench.json``, ``bench.md`` and ``bench.png`` (and ``bench_tails.png``) to ``--out``.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from psa_tvm.config import DTYPE_ITEMSIZE
 from psa_tvm.presets import YOLO11
 from psa_tvm.runtime import env
 from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
-from psa_tvm.tools.timing import GpuTimer, host_us_per_call
+from psa_tvm.tools.timing import GpuTimer, KernelProfiler, host_us_per_call
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_ITEMSIZE}
 PEERS = ("copy", "eager", "compile_static", "compile_dynamic")
@@ -62,20 +67,50 @@ def yolo_shapes(quick: bool = False) -> list[Shape]:
     return shapes
 
 
+#: Rectangular and odd grids (N = H*W not a multiple of the 16-byte vector): 640x480 input
+#: (20x15), a 1280x720 letterbox (40x23), odd maps, and degenerate rows/columns.
+TAIL_GRIDS = ((20, 15), (20, 12), (40, 23), (37, 29), (1, 33), (64, 3))
+
+
+def tail_shapes() -> list[Shape]:
+    """The tail grids at batch 1, 16 and 64 (YOLO11 s/m/l heads: nh=4, kd=32), plus the issue's
+    YOLO11x shape (nh=6, 20x12, batch 64)."""
+    shapes = [Shape(f"{h}x{w}/b{batch}", batch, 4, 32, h, w)
+              for h, w in TAIL_GRIDS for batch in (1, 16, 64)]
+    shapes.append(Shape("20x12/b64/nh6", 64, 6, 32, 20, 12))
+    return shapes
+
+
+def bench_shapes(which: str, quick: bool = False) -> list[Shape]:
+    """``--quick`` thins out the square YOLO maps only; the tails are the point of ``tails``."""
+    return {"yolo": yolo_shapes(quick), "tails": tail_shapes(),
+            "all": yolo_shapes(quick) + tail_shapes()}[which]
+
+
 def run(args: argparse.Namespace) -> list[dict]:
     timer = GpuTimer(reps=args.reps)
-    dynamic = (torch.compile(reference.merge, dynamic=True),
-               torch.compile(reference.merge_backward, dynamic=True))
+    profiler = KernelProfiler(timer, reps=args.profile_reps) if args.profile_reps else None
+    dynamic = None
+    if "compile_dynamic" in args.peers:
+        dynamic = (torch.compile(reference.merge, dynamic=True),
+                   torch.compile(reference.merge_backward, dynamic=True))
     records = []
-    for dtype_name in args.dtypes:
-        for shape in yolo_shapes(args.quick):
-            records += time_shape(timer, shape, dtype_name, args.schedules, args.artifacts,
-                                  dynamic)
+    partial = Path(args.out) / "bench.partial.jsonl"  # kept if a time limit cuts the run short
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    with partial.open("w") as sink:
+        for dtype_name in args.dtypes:
+            for shape in bench_shapes(args.shapes, args.quick):
+                rows = time_shape(timer, shape, dtype_name, args.schedules, args.artifacts,
+                                  dynamic, peers=args.peers, profiler=profiler)
+                sink.write("".join(json.dumps(r) + "\n" for r in rows))
+                sink.flush()
+                records += rows
     return records
 
 
 def time_shape(timer: GpuTimer, shape: Shape, dtype_name: str, schedules: list[str],
-               artifacts: str, dynamic: tuple) -> list[dict]:
+               artifacts: str, dynamic: tuple | None, peers: tuple[str, ...] = PEERS,
+               profiler: KernelProfiler | None = None) -> list[dict]:
     """Every implementation of both passes on one shape and dtype, same inputs."""
     dtype = DTYPES[dtype_name]
     itemsize = torch.finfo(dtype).bits // 8
@@ -93,8 +128,10 @@ def time_shape(timer: GpuTimer, shape: Shape, dtype_name: str, schedules: list[s
     src, dst = torch.cat([lo.view(-1), hi.view(-1)]), torch.empty_like(merged).view(-1)
     args_f = (lo, hi, shape.num_heads, shape.height, shape.width)
     args_b = (grad, shape.num_heads, shape.key_dim)
-    static_fwd = torch.compile(reference.merge, dynamic=False)
-    static_bwd = torch.compile(reference.merge_backward, dynamic=False)
+    static_fwd = static_bwd = None
+    if "compile_static" in peers:
+        static_fwd = torch.compile(reference.merge, dynamic=False)
+        static_bwd = torch.compile(reference.merge_backward, dynamic=False)
     stream = torch.cuda.current_stream().cuda_stream
     spatial = (shape.height, shape.width)
     impls = {
@@ -102,7 +139,7 @@ def time_shape(timer: GpuTimer, shape: Shape, dtype_name: str, schedules: list[s
             "copy": lambda: dst.copy_(src),
             "eager": lambda: reference.merge(*args_f),
             "compile_static": lambda: static_fwd(*args_f),
-            "compile_dynamic": lambda: dynamic[0](*args_f),
+            "compile_dynamic": lambda: dynamic[0](*args_f),  # type: ignore[index]
             **{s: (lambda op=op: op.launch_forward(lo, hi, merged, stream, spatial))
                for s, op in ops.items()},
         },
@@ -110,23 +147,40 @@ def time_shape(timer: GpuTimer, shape: Shape, dtype_name: str, schedules: list[s
             "copy": lambda: dst.copy_(src),
             "eager": lambda: reference.merge_backward(*args_b),
             "compile_static": lambda: static_bwd(*args_b),
-            "compile_dynamic": lambda: dynamic[1](*args_b),
+            "compile_dynamic": lambda: dynamic[1](*args_b),  # type: ignore[index]
             **{s: (lambda op=op: op.launch_backward(grad, d_lo, d_hi, stream))
                for s, op in ops.items()},
         },
     }
+    variants = {
+        ("forward", s): op.plan_forward([lo, hi], merged, spatial).kernel for s, op in ops.items()}
+    variants.update({("backward", s): op.plan_backward(grad, [d_lo, d_hi]).kernel
+                     for s, op in ops.items()})
     records = []
     moved = 2 * shape.merged_bytes(itemsize)
     for pass_, fns in impls.items():
+        fns = {name: fn for name, fn in fns.items() if name in peers or name in ops}
         times = {name: timer.median_us(fn) for name, fn in fns.items()}
+        kernel_us = {name: profiler.median_us(fn) if profiler else None
+                     for name, fn in fns.items()}
         for name, us in times.items():
+            prof, prof_copy = kernel_us[name], kernel_us["copy"]
+            kernel = variants.get((pass_, name))
             records.append({
                 **asdict(shape), "n": shape.n, "dtype": dtype_name, "pass": pass_,
                 "impl": name, "us": round(us, 3), "bytes_moved": moved,
                 "gbps": round(moved / us / 1e3, 1),
                 "fraction_of_copy": round(times["copy"] / us, 4),
+                "prof_us": None if prof is None else round(prof, 3),
+                "prof_copy_us": None if prof_copy is None else round(prof_copy, 3),
+                # kernel time / copy time, both from the profiler (1.0 = at the copy floor)
+                "prof_ratio": None if not (prof and prof_copy) else round(prof / prof_copy, 4),
+                "variant": None if kernel is None else {"vec_kd": kernel.vec_kd,
+                                                        "vec": kernel.vec,
+                                                        "index_dtype": kernel.index_dtype},
             })
-        line = "  ".join(f"{k}={v:8.1f}" for k, v in times.items())
+        line = "  ".join(f"{k}={v:7.1f}/{kernel_us[k] or float('nan'):7.1f}"
+                         for k, v in times.items())
         print(f"{dtype_name:8s} {pass_:8s} {shape.label:22s} {line}", flush=True)
     return records
 
@@ -146,50 +200,192 @@ def host_overhead(artifacts: str) -> dict:
     }
 
 
+def _impls(records: list[dict], schedules: list[str]) -> list[str]:
+    present = set(r["impl"] for r in records)
+    return [i for i in (*schedules, "eager", "compile_static", "compile_dynamic") if i in present]
+
+
+def _ratio(r: dict) -> float:
+    """Time / copy time: the profiler's kernel times where there are, else the events'."""
+    return r["prof_ratio"] if r.get("prof_ratio") else 1 / r["fraction_of_copy"]
+
+
+def _us(r: dict) -> str:
+    prof = r.get("prof_us")
+    return f"{r['us']:.1f} / {prof:.1f}" if prof else f"{r['us']:.1f} / -"
+
+
 def markdown(records: list[dict], schedules: list[str]) -> str:
-    impls = [*schedules, "eager", "compile_static", "compile_dynamic"]
-    head = ("| dtype | pass | shape | MB moved | copy us | "
-            + " | ".join(f"{i} us (x copy)" for i in impls) + " |")
-    lines = [head, "|" + "---|" * (5 + len(impls))]
+    """Every row: events / profiler microseconds, and the profiler ratio to the copy."""
+    impls = _impls(records, schedules)
+    head = ("| dtype | pass | shape | N | MB moved | copy us (events / profiler) | "
+            + " | ".join(f"{i} us (events / profiler) [x copy]" for i in impls)
+            + " | variant (vec_kd, vec) |")
+    lines = [head, "|" + "---|" * (7 + len(impls))]
     rows: dict[tuple, dict] = {}
     for r in records:
         rows.setdefault((r["dtype"], r["pass"], r["label"]), {})[r["impl"]] = r
     for (dtype, pass_, label), by_impl in rows.items():
-        cells = [f"{by_impl[i]['us']:.1f} ({by_impl[i]['fraction_of_copy']:.2f})" for i in impls]
-        mb = by_impl["copy"]["bytes_moved"] / 1e6
-        lines.append(f"| {dtype} | {pass_} | {label} | {mb:.1f} | {by_impl['copy']['us']:.1f} | "
-                     + " | ".join(cells) + " |")
+        cells = [f"{_us(by_impl[i])} [{_ratio(by_impl[i]):.2f}]" for i in impls]
+        copy = by_impl["copy"]
+        variant = next((by_impl[s]["variant"] for s in schedules
+                        if s in by_impl and by_impl[s].get("variant")), None)
+        widths = f"({variant['vec_kd']}, {variant['vec']})" if variant else "-"
+        lines.append(f"| {dtype} | {pass_} | {label} | {copy['n']} | "
+                     f"{copy['bytes_moved'] / 1e6:.1f} | {_us(copy)} | " + " | ".join(cells)
+                     + f" | {widths} |")
+    return "\n".join(lines)
+
+
+def summary(records: list[dict], schedule: str = "tiled") -> str:
+    """Against the targets: <= 1.05x copy at >= 8 MB, within 1 us of the copy below 1 MB."""
+    lines = ["| dtype | pass | >= 8 MB: max ratio (shape) | 1-8 MB: max ratio | "
+             "< 1 MB: max excess over copy, us (shape) |", "|---|---|---|---|---|"]
+    groups = dict.fromkeys((r["dtype"], r["pass"]) for r in records if r["impl"] == schedule)
+    for dtype, pass_ in groups:
+        rows = [r for r in records if (r["dtype"], r["pass"], r["impl"]) == (dtype, pass_,
+                                                                              schedule)]
+        big = [r for r in rows if r["bytes_moved"] >= 8e6]
+        mid = [r for r in rows if 1e6 <= r["bytes_moved"] < 8e6]
+        small = [r for r in rows if r["bytes_moved"] < 1e6]
+        worst = max(big, key=_ratio, default=None)
+        mid_worst = max(mid, key=_ratio, default=None)
+
+        def excess(r: dict) -> float:
+            if r.get("prof_us") and r.get("prof_copy_us"):
+                return r["prof_us"] - r["prof_copy_us"]
+            return r["us"] * (1 - r["fraction_of_copy"])
+
+        small_worst = max(small, key=excess, default=None)
+        lines.append(
+            f"| {dtype} | {pass_} | "
+            + (f"{_ratio(worst):.3f} ({worst['label']})" if worst else "-") + " | "
+            + (f"{_ratio(mid_worst):.3f} ({mid_worst['label']})" if mid_worst else "-")
+            + " | " + (f"{excess(small_worst):+.2f} ({small_worst['label']})"
+                       if small_worst else "-") + " |")
     return "\n".join(lines)
 
 
 def plot(records: list[dict], schedules: list[str], path: Path) -> None:
+    """Time / copy time (profiler where available) per shape, one panel per dtype and pass."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    impls = [*schedules, "eager", "compile_static", "compile_dynamic"]
+    impls = _impls(records, schedules)
     groups = [(d, p) for d in DTYPES for p in ("forward", "backward")
               if any(r["dtype"] == d and r["pass"] == p for r in records)]
+    if not groups:
+        return
     fig, axes = plt.subplots(len(groups), 1, figsize=(14, 3.2 * len(groups)), squeeze=False)
     for ax, (dtype, pass_) in zip(axes[:, 0], groups, strict=True):
         subset = [r for r in records if r["dtype"] == dtype and r["pass"] == pass_]
         labels = list(dict.fromkeys(r["label"] for r in subset))
         width = 0.8 / len(impls)
         for k, impl in enumerate(impls):
-            values = [next(r["fraction_of_copy"] for r in subset
-                           if r["label"] == lab and r["impl"] == impl) for lab in labels]
+            values = [next((_ratio(r) for r in subset
+                            if r["label"] == lab and r["impl"] == impl), 0) for lab in labels]
             ax.bar([i + k * width for i in range(len(labels))], values, width, label=impl)
         ax.axhline(1.0, color="black", lw=0.8)
-        ax.axhline(0.95, color="gray", lw=0.8, ls="--")
+        ax.axhline(1.05, color="gray", lw=0.8, ls="--")
         ax.set_xticks([i + 0.4 for i in range(len(labels))], labels, rotation=45, ha="right",
                       fontsize=7)
-        ax.set_ylabel("fraction of copy")
-        ax.set_ylim(0, 1.3)
-        ax.set_title(f"{dtype} {pass_}: achieved bandwidth / copy bandwidth")
+        ax.set_ylabel("time / copy time")
+        ax.set_ylim(0, 3)
+        ax.set_title(f"{dtype} {pass_}: kernel time / copy time (profiler; 1.0 = copy floor)")
     axes[0, 0].legend(ncol=len(impls), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+# ----------------------------------------------------------------------- CPU section
+def cpu_shapes(quick: bool = False) -> list[Shape]:
+    """CPU shapes: the square YOLO maps and the tail grids at batch 1 and 16."""
+    shapes = [Shape(f"{h}x{w}/b{b}", b, 4, 32, h, w)
+              for h, w in ((20, 20), (40, 40), *TAIL_GRIDS) for b in (1, 16)]
+    return [s for s in shapes if s.batch == 16] if quick else shapes
+
+
+def _wall_us(fn, reps: int) -> float:
+    """Median wall time of ``fn`` (synchronous on the CPU) in microseconds."""
+    import statistics
+    import time
+
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+def run_cpu(args: argparse.Namespace) -> list[dict]:
+    """The CPU section: every dtype and CPU shape."""
+    return [r for dtype_name in args.dtypes for shape in cpu_shapes(args.quick)
+            for r in time_cpu_shape(shape, dtype_name, args.cpu_reps)]
+
+
+def time_cpu_shape(shape: Shape, dtype_name: str, reps: int) -> list[dict]:
+    """torch eager, torch ``copy_`` of the same bytes and psa-tvm's CPU library, same inputs;
+    psa-tvm's results are checked bit-exact against eager before timing."""
+    import psa_tvm
+
+    dtype = DTYPES[dtype_name]
+    nh, kd, h, w = shape.num_heads, shape.key_dim, shape.height, shape.width
+    gen = torch.Generator().manual_seed(0)
+    lo = (torch.randn(shape.batch * nh, shape.n, kd, generator=gen) + 3).to(dtype)
+    hi = (torch.randn(shape.batch * nh, shape.n, kd, generator=gen) - 3).to(dtype)
+    grad = reference.merge(lo, hi, nh, h, w)
+    src, dst = grad.reshape(-1).clone(), torch.empty(grad.numel(), dtype=dtype)
+    merged = psa_tvm.merge(lo, hi, nh, h, w)
+    d_lo, d_hi = psa_tvm.merge_backward(grad, nh, kd)
+    if not (torch.equal(merged, grad) and torch.equal(d_lo, lo) and torch.equal(d_hi, hi)):
+        raise AssertionError(f"CPU results differ from eager: {shape} {dtype_name}")
+    # psa-tvm writes into preallocated outputs like copy_ does (a fresh CPU allocation of this
+    # size costs its page faults on first touch, in eager's times too).
+    out, out_lo, out_hi = torch.empty_like(grad), torch.empty_like(lo), torch.empty_like(hi)
+    impls = {
+        "forward": {"copy": lambda: dst.copy_(src),
+                    "eager": lambda: reference.merge(lo, hi, nh, h, w),
+                    "psa_tvm": lambda: psa_tvm.merge(lo, hi, nh, h, w, out=out)},
+        "backward": {"copy": lambda: dst.copy_(src),
+                     "eager": lambda: reference.merge_backward(grad, nh, kd),
+                     "psa_tvm": lambda: psa_tvm.merge_backward(grad, nh, kd, d_lo=out_lo,
+                                                               d_hi=out_hi)},
+    }
+    moved = 2 * shape.merged_bytes(torch.finfo(dtype).bits // 8)
+    records = []
+    for pass_, fns in impls.items():
+        # Interleaved rounds, best of each: the machine may be shared.
+        times: dict[str, float] = {}
+        for _ in range(3):
+            for name, fn in fns.items():
+                us = _wall_us(fn, reps)
+                times[name] = min(us, times.get(name, us))
+        for name, us in times.items():
+            records.append({**asdict(shape), "n": shape.n, "dtype": dtype_name, "pass": pass_,
+                            "impl": name, "us": round(us, 2), "bytes_moved": moved,
+                            "ratio_to_copy": round(us / times["copy"], 3)})
+        print(f"cpu {dtype_name:8s} {pass_:8s} {shape.label:12s} "
+              + "  ".join(f"{k}={v:9.1f}" for k, v in times.items()), flush=True)
+    return records
+
+
+def cpu_markdown(records: list[dict]) -> str:
+    lines = ["| dtype | pass | shape | MB moved | copy_ us | eager us [x copy] | "
+             "psa-tvm us [x copy] |", "|---|---|---|---|---|---|---|"]
+    rows: dict[tuple, dict] = {}
+    for r in records:
+        rows.setdefault((r["dtype"], r["pass"], r["label"]), {})[r["impl"]] = r
+    for (dtype, pass_, label), by in rows.items():
+        lines.append(f"| {dtype} | {pass_} | {label} | {by['copy']['bytes_moved'] / 1e6:.1f} | "
+                     f"{by['copy']['us']:.0f} | {by['eager']['us']:.0f} "
+                     f"[{by['eager']['ratio_to_copy']:.2f}] | {by['psa_tvm']['us']:.0f} "
+                     f"[{by['psa_tvm']['ratio_to_copy']:.2f}] |")
+    return "\n".join(lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -198,8 +394,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="artifact directory (default: $PSA_TVM_ARTIFACTS)")
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
     parser.add_argument("--schedules", nargs="+", default=["tiled", "rowwise"])
+    parser.add_argument("--shapes", choices=("yolo", "tails", "all"), default="all",
+                        help="square YOLO maps, rectangular/odd grids, or both (default)")
+    parser.add_argument("--peers", nargs="+", default=list(PEERS), choices=list(PEERS),
+                        help="PyTorch peers to time (copy is always timed)")
     parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--profile-reps", type=int, default=20,
+                        help="runs per row read from torch.profiler (0: events only)")
     parser.add_argument("--quick", action="store_true", help="a subset of the shapes")
+    parser.add_argument("--cpu", action="store_true",
+                        help="also run the CPU section (torch eager, copy_, psa-tvm)")
+    parser.add_argument("--cpu-only", action="store_true", help="only the CPU section")
+    parser.add_argument("--cpu-reps", type=int, default=20)
+    parser.add_argument("--cpu-threads", type=int, default=None,
+                        help="threads for torch and psa-tvm's CPU pool (default: all cores)")
     parser.add_argument("--out", default="bench-out")
     parser.add_argument("--host", action="store_true",
                         help="only the host time per call of each launch path vs torch copy_")
@@ -220,6 +428,34 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(parser.parse_args(argv))
 
 
+def _write(out: Path, meta: dict, records: list[dict], cpu_records: list[dict],
+           schedules: list[str]) -> str:
+    (out / "bench.json").write_text(json.dumps(
+        {"meta": meta, "records": records, "cpu_records": cpu_records}, indent=1))
+    parts = [f"{meta.get('gpu', 'no GPU')}, {meta['date']}, torch {meta['torch']}"]
+    if records:
+        parts += ["GPU, against the targets (tiled, profiler times):", summary(records),
+                  "GPU, every row: events / profiler us, [profiler time / profiler copy time]:",
+                  markdown(records, schedules)]
+        if meta.get("host_overhead"):
+            parts.append(f"host overhead: {meta['host_overhead']}")
+        try:
+            plot([r for r in records if r["label"] in {s.label for s in yolo_shapes()}],
+                 schedules, out / "bench.png")
+            plot([r for r in records if r["label"] in {s.label for s in tail_shapes()}],
+                 schedules, out / "bench_tails.png")
+        except ImportError as err:  # matplotlib is optional: tables and JSON still written
+            print(f"no plot: {err}", file=sys.stderr)
+    if cpu_records:
+        parts += [f"CPU ({meta.get('cpu', '?')}, {meta.get('cpu_threads')} threads), best of 3 "
+                  "interleaved rounds of the median wall time, [time / copy_ time]; psa-tvm "
+                  "writes into preallocated outputs, eager allocates:",
+                  cpu_markdown(cpu_records)]
+    text = "\n\n".join(parts) + "\n"
+    (out / "bench.md").write_text(text)
+    return text
+
+
 def run_command(args: argparse.Namespace) -> int:
     if args.attention:
         from psa_tvm.tools import bench_attention
@@ -234,33 +470,38 @@ def run_command(args: argparse.Namespace) -> int:
         from psa_tvm.tools.host_bench import main_host
 
         return main_host(args.device)
+    out = Path(args.out)
     if args.replot:
         data = json.loads(Path(args.replot).read_text())
         schedules = [s for s in dict.fromkeys(r["impl"] for r in data["records"])
                      if s not in PEERS]
-        out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        plot(data["records"], schedules, out / "bench.png")
-        (out / "bench.md").write_text(markdown(data["records"], schedules) + "\n")
+        _write(out, data["meta"], data["records"], data.get("cpu_records", []), schedules)
         return 0
-    if not torch.cuda.is_available() or not args.artifacts:
-        print("psa-tvm bench needs a CUDA GPU and --artifacts (or PSA_TVM_ARTIFACTS)",
-              file=sys.stderr)
-        return 2
-    torch._dynamo.config.cache_size_limit = 1024
-    out = Path(args.out)
+    meta = {"date": date.today().isoformat(), "torch": torch.__version__,
+            "python": platform.python_version(), "cpu": platform.processor() or
+            platform.machine(), "cpu_threads": torch.get_num_threads()}
+    records: list[dict] = []
+    if not args.cpu_only:
+        if not torch.cuda.is_available() or not args.artifacts:
+            print("psa-tvm bench needs a CUDA GPU and --artifacts (or PSA_TVM_ARTIFACTS); "
+                  "--cpu-only runs the CPU section alone", file=sys.stderr)
+            return 2
+        torch._dynamo.config.cache_size_limit = 1024
+        if "copy" not in args.peers:
+            args.peers = ["copy", *args.peers]
+        records = run(args)
+        meta.update(gpu=torch.cuda.get_device_name(),
+                    host_overhead=host_overhead(args.artifacts))
+    cpu_records = []
+    if args.cpu or args.cpu_only:
+        if args.cpu_threads:  # before the first CPU library loads: its pool reads it once
+            env.set_cpu_threads(args.cpu_threads)
+            torch.set_num_threads(args.cpu_threads)
+        meta["cpu_threads"] = torch.get_num_threads()
+        cpu_records = run_cpu(args)
     out.mkdir(parents=True, exist_ok=True)
-    records = run(args)
-    meta = {"gpu": torch.cuda.get_device_name(), "date": date.today().isoformat(),
-            "torch": torch.__version__, "python": platform.python_version(),
-            "host_overhead": host_overhead(args.artifacts)}
-    (out / "bench.json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
-    table = markdown(records, args.schedules)
-    (out / "bench.md").write_text(f"{meta['gpu']}, {meta['date']}, torch {meta['torch']}\n\n"
-                                  f"{table}\n\nhost overhead: {meta['host_overhead']}\n")
-    plot(records, args.schedules, out / "bench.png")
-    print(table)
-    print("host overhead per call:", meta["host_overhead"])
+    print(_write(out, meta, records, cpu_records, args.schedules))
     return 0
 
 

@@ -48,3 +48,68 @@ def host_us_per_call(fn: Callable[[], object], calls: int = 2000) -> float:
     elapsed = time.perf_counter() - start
     torch.cuda.synchronize()
     return elapsed / calls * 1e6
+
+
+class KernelProfiler:
+    """Device time per call of a callable's kernels and copies, read from CUPTI through
+    ``torch.profiler``: the time the GPU spends in the work itself, with no host time in it.
+
+    Every run starts, as with :class:`GpuTimer`, with an L2 flush and a spin; the profile is split
+    into runs at those two (their device activities are learnt first by profiling them alone),
+    and the durations of the activities in between are summed: one run's kernel time, also for
+    callables that launch several kernels (eager PyTorch). Medians over ``reps`` runs.
+    """
+
+    def __init__(self, timer: GpuTimer, reps: int = 20) -> None:
+        self.timer, self.reps = timer, reps
+        self._overhead: set[str] | None = None
+
+    def _prologue(self) -> None:
+        self.timer._flush.zero_()
+        torch.cuda._sleep(SPIN_CYCLES // 10)
+
+    def _device_activities(self, body: Callable[[], None]) -> list[tuple[int, int, str]]:
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            body()
+            torch.cuda.synchronize()
+        found = []
+        for event in prof.profiler.kineto_results.events():
+            if event.device_type() == DeviceType.CUDA:
+                found.append((event.start_ns(), event.end_ns(), event.name()))
+        return sorted(found)
+
+    def median_us(self, fn: Callable[[], object]) -> float | None:
+        """Median kernel time of ``fn`` in microseconds; ``None`` if the profiler saw nothing."""
+        if self._overhead is None:
+            self._overhead = {name for *_, name in self._device_activities(self._prologue)}
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+
+        def runs() -> None:
+            for _ in range(self.reps):
+                self._prologue()
+                fn()
+            self._prologue()  # closes the last run
+
+        per_run = split_runs(self._device_activities(runs), self._overhead)
+        return statistics.median(per_run) if per_run else None
+
+
+def split_runs(activities: list[tuple[int, int, str]], separators: set[str]) -> list[float]:
+    """Microseconds of device work per run: ``activities`` ``(start_ns, end_ns, name)`` in time
+    order, runs separated by activities named in ``separators`` (the flush and the spin)."""
+    per_run: list[float] = []
+    current, inside = 0.0, False
+    for start, end, name in activities:
+        if name in separators:
+            if inside:
+                per_run.append(current)
+            current, inside = 0.0, False
+        else:
+            current += (end - start) / 1e3
+            inside = True
+    return per_run

@@ -24,20 +24,32 @@ from psa_tvm.runtime.env import DEFAULT_ARCH
 from psa_tvm.runtime.manifest import Manifest
 
 RESULTS = "results.jsonl"
-#: (B, H, W) timed per candidate: the 1280 px YOLO map at batch 16 and 64 (8 MB and more).
-TUNE_SHAPES = ((16, 40, 40), (64, 40, 40))
+#: (B, H, W) timed per candidate: the 1280 px YOLO map at batch 16 and 64 (8 MB and more), where
+#: the full-width kernels run, and two N tails (8 MB and more in 16-bit types), where the
+#: narrower N-side variants run: N = 300 (640x480 input; 8-byte N side in 16-bit types) and the
+#: odd N = 1073 (scalar N side). One parameter set serves every variant of a build, so the
+#: selection weighs all four shapes; the table records which variant ran on which shape.
+TUNE_SHAPES = ((16, 40, 40), (64, 40, 40), (64, 20, 15), (16, 37, 29))
 GRID = {"tile_n": (32, 64, 128, 256), "threads": (64, 128, 256, 512), "row_threads": (1, 2, 4),
         "pad_bytes": (16, 32)}
 STATIC_SMEM_LIMIT = 48 * 1024
 
 
 def candidates(config: OpConfig, grid: dict[str, tuple] | None = None) -> list:
-    """Valid ``tiled`` parameter sets for ``config``: the grid plus the rule's default."""
+    """Valid ``tiled`` parameter sets for ``config``: the grid, the rule's default and what the
+    shipped table holds now (so a re-tune on new shapes can keep it)."""
     grid = GRID if grid is None else grid
     from psa_tvm.compiler.rules import get_rule
+    from psa_tvm.runtime.tuned import tuned_entry
 
     rule = get_rule("tiled")
     found = [rule.default_params(config)]
+    for pass_ in ("forward", "backward"):
+        entry = tuned_entry(DEFAULT_ARCH, pass_, config)
+        if entry is not None and entry["schedule"] == "tiled":
+            params = rule.params_from_dict(entry["params"])
+            if params not in found:
+                found.append(params)
     for values in itertools.product(*grid.values()):
         params = rule.Params(**dict(zip(grid, values, strict=True)))
         smem = config.key_dim * (params.tile_n * config.itemsize + params.pad_bytes)
@@ -62,6 +74,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         grid[key] = tuple(int(v) for v in values.split(","))
     requests = [BuildRequest(config, "tiled", params, preferred=False)
                 for config in PRESETS[args.preset] if config.dtype in args.dtypes
+                and (not args.configs or config.tag in args.configs)
                 for params in candidates(config, grid)]
     # Candidates run through the RuntimeOp, one build at a time: no native library needed.
     build_artifacts(requests, args.output, args.arch, jobs=args.jobs, progress=True,
@@ -127,18 +140,21 @@ def time_candidate(timer, build, pass_: str, shape: tuple[int, int, int],
     op = PsaMergeAttnRuntimeOp.for_build(build)
     stream = torch.cuda.current_stream().cuda_stream
     if pass_ == "forward":
+        kernel = op.plan_forward([lo, hi], merged, (height, width)).kernel
         us = timer.median_us(lambda: op.launch_forward(lo, hi, merged, stream, (height, width)))
     else:
+        kernel = op.plan_backward(merged, [lo, hi]).kernel
         us = timer.median_us(lambda: op.launch_backward(merged, lo, hi, stream))
     return {"pass": pass_, "shape": list(shape), "us": round(us, 3),
-            "copy_us": round(copy_us[key], 3)}
+            "copy_us": round(copy_us[key], 3), "variant": [kernel.vec_kd, kernel.vec]}
 
 
 def cmd_select(args: argparse.Namespace) -> int:
     root = Path(args.artifacts)
     manifest = Manifest.load(root)
     by_source = {str(b.source.relative_to(root)): b for b in manifest.builds if b.op == "merge"}
-    scores: dict[tuple, dict[str, list[float]]] = {}
+    # (pass, config) -> source -> shape -> (fraction of copy, variant that ran)
+    scores: dict[tuple, dict[str, dict[tuple, tuple]]] = {}
     for line in (root / RESULTS).read_text().splitlines():
         r = json.loads(line)
         build = by_source.get(r["source"])
@@ -146,19 +162,28 @@ def cmd_select(args: argparse.Namespace) -> int:
             continue
         c = build.config
         key = (r["pass"], c.dtype, c.key_dim, c.num_heads)
-        scores.setdefault(key, {}).setdefault(r["source"], []).append(r["copy_us"] / r["us"])
+        scores.setdefault(key, {}).setdefault(r["source"], {})[tuple(r["shape"])] = (
+            r["copy_us"] / r["us"], r.get("variant"))
     entries = []
     for (pass_, dtype, key_dim, num_heads), per_source in sorted(scores.items()):
-        complete = {s: v for s, v in per_source.items() if len(v) == len(TUNE_SHAPES)}
-        if len(complete) < 2:
+        # The shapes every candidate was timed on (older results: the square ones only).
+        shapes = set.intersection(*(set(v) for v in per_source.values()))
+        complete = {s: v for s, v in per_source.items() if set(v) >= shapes}
+        if len(complete) < 2 or not shapes:
             continue  # nothing was compared: leave the configuration to the rule's default
-        best = max(complete, key=lambda s: math.prod(complete[s]))
-        fraction = math.prod(complete[best]) ** (1 / len(TUNE_SHAPES))
+        ordered = [s for s in TUNE_SHAPES if s in shapes]
+
+        products = {src: math.prod(v[s][0] for s in ordered) for src, v in complete.items()}
+        best = max(products, key=products.__getitem__)
+        fraction = products[best] ** (1 / len(ordered))
         entries.append({"pass": pass_, "dtype": dtype, "key_dim": key_dim,
                         "num_heads": num_heads, "schedule": by_source[best].schedule,
                         "params": by_source[best].schedule_params,
                         "fraction_of_copy": round(fraction, 4),
-                        "candidates": len(complete)})
+                        "candidates": len(complete),
+                        "tuned_on": [{"shape": list(s), "variant": complete[best][s][1],
+                                      "fraction_of_copy": round(complete[best][s][0], 4)}
+                                     for s in ordered]})
     out = Path(args.output)
     if args.update and out.exists():  # keep what earlier runs tuned for other configurations
         fresh = {_entry_key(e) for e in entries}
@@ -185,6 +210,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--preset", default="yolo11")
     build.add_argument("--arch", nargs="+", default=[DEFAULT_ARCH])
     build.add_argument("--dtypes", nargs="+", default=list(DTYPE_ITEMSIZE))
+    build.add_argument("--configs", nargs="+", default=None, metavar="TAG",
+                       help="only these configurations of the preset, e.g. kd32_nh4_float16")
     build.add_argument("--grid", nargs="+", metavar="NAME=V1,V2",
                        help=f"override grid axes (default {GRID})")
     build.add_argument("-o", "--output", default=".tune")

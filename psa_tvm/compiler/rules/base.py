@@ -40,8 +40,13 @@ class ScheduleRule(ABC):
 
     @abstractmethod
     def apply(self, func: PrimFunc, pass_: Pass, config: OpConfig, params: Any,
-              vec: int) -> PrimFunc:
-        """Schedule ``func`` (built with ``N = NV * vec``) and return the scheduled PrimFunc."""
+              vec: int, vec_kd: int | None = None) -> PrimFunc:
+        """Schedule ``func`` (built with ``N = NV * vec``) and return the scheduled PrimFunc.
+
+        ``vec`` is the access width on the side contiguous along ``N``; ``vec_kd`` (default
+        ``vec``) the width on the side contiguous along ``kd``, which a rule may keep wide when
+        ``N`` only allows a narrow ``vec``.
+        """
 
     def check_params(self, config: OpConfig, params: Any) -> None:  # noqa: B027 - optional hook
         """Raise ``ValueError`` if ``params`` cannot schedule ``config``."""

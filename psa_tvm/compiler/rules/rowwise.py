@@ -33,7 +33,7 @@ class Rowwise(ScheduleRule):
         return 1
 
     def apply(self, func: PrimFunc, pass_: Pass, config: OpConfig, params: RowwiseParams,
-              vec: int) -> PrimFunc:
+              vec: int, vec_kd: int | None = None) -> PrimFunc:
         sch, name = new_schedule(func)
         _, b, h, s, d, n = pass_loops(sch, pass_)
         sch.reorder(b, h, n, s, d)

@@ -7,6 +7,12 @@ along ``kd`` moves through shared memory one 16-byte vector per thread, scattere
 gathered from) the tile column; the side that is contiguous along ``n`` moves row-wise with
 16-byte vectors on both global and shared memory.
 
+The two sides have their own widths: ``vec_kd`` on the kd side and ``vec`` on the N side. A
+``kd`` row of ``lo``/``hi`` starts at ``(row*N + n)*kd`` elements, aligned to 16 bytes for any
+``N`` when ``kd`` is a multiple of the vector, so only the N side (rows of ``N`` elements) has to
+narrow for an ``N`` tail: ``N = 300`` in float16 keeps 16-byte accesses along ``kd`` and uses
+8-byte ones along ``N``; an odd ``N`` moves scalars along ``N`` only.
+
 Bank conflicts come from the scattered side: a warp's threads write (forward) or read
 (backward) the ``vec`` elements of their vector in ``vec`` different tile rows. With
 ``row_threads`` threads sharing one ``kd``-row and each tile row padded by ``pad_bytes``
@@ -104,8 +110,12 @@ class Tiled(ScheduleRule):
             raise ValueError(f"tiled params {params} do not fit {config}: " + "; ".join(problems))
 
     def apply(self, func: PrimFunc, pass_: Pass, config: OpConfig, params: TiledParams,
-              vec: int) -> PrimFunc:
+              vec: int, vec_kd: int | None = None) -> PrimFunc:
         self.check_params(config, params)
+        vec_kd = vec if vec_kd is None else vec_kd
+        if vec_kd > self.vector_width(config, params) or config.key_dim % vec_kd:
+            raise ValueError(f"vec_kd={vec_kd} does not fit key_dim={config.key_dim} and "
+                             f"{params.vec_bytes}-byte accesses")
         sch, name = new_schedule(func)
         block, b, h, s, d, n = pass_loops(sch, pass_)
         bhs = sch.fuse(b, h, s)
@@ -123,10 +133,12 @@ class Tiled(ScheduleRule):
             sch.compute_at(staged, n_tile)
             aligned_block = staged
 
-        # The kd-contiguous side: a warp covers threads/row_threads rows, row_threads vectors each.
+        # The kd-contiguous side: a warp covers threads/row_threads rows, row_threads vectors each,
+        # vec_kd elements wide. Row starts are (row*N + n)*kd: aligned whenever kd % vec_kd == 0,
+        # whatever N is, so this side keeps its width when an N tail narrows the other side.
         rows_per_pass = params.threads // params.row_threads
         n_outer, n_row = sch.split(n_in, [None, rows_per_pass])
-        d_outer, d_thread, d_vec = sch.split(d, [None, params.row_threads, vec])
+        d_outer, d_thread, d_vec = sch.split(d, [None, params.row_threads, vec_kd])
         sch.reorder(n_outer, d_outer, n_row, d_thread, d_vec)
         sch.bind(sch.fuse(n_row, d_thread), "threadIdx.x")
         sch.vectorize(d_vec)

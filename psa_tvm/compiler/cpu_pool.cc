@@ -1,0 +1,111 @@
+// A small thread pool behind TVM's parallel-for ABI, so that an LLVM-built library with
+// `parallel` loops runs when it is loaded by tvm_ffi alone: the generated code calls through
+// the `__TVMBackendParallelLaunch` pointer, which only libtvm_runtime would otherwise fill in.
+// Workers spin briefly before sleeping, so back-to-back calls do not pay a futex wake-up.
+#include <stdint.h>
+#include <stdlib.h>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace {
+struct GroupEnv { void* sync_handle; int32_t num_task; };
+typedef int (*Lambda)(int task_id, GroupEnv* penv, void* cdata);
+constexpr int kSpins = 1 << 12;
+
+inline void Relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+class Pool {
+ public:
+  Pool() {
+    int n = 0;
+    for (const char* var : {"PSA_TVM_CPU_THREADS", "TVM_NUM_THREADS", "OMP_NUM_THREADS"}) {
+      const char* value = getenv(var);
+      if (value != nullptr && atoi(value) > 0) { n = atoi(value); break; }
+    }
+    if (n <= 0) n = static_cast<int>(std::thread::hardware_concurrency());
+    size_ = n > 0 ? n : 1;
+    for (int i = 1; i < size_; ++i) workers_.emplace_back([this, i] { Work(i); });
+  }
+  ~Pool() {
+    { std::lock_guard<std::mutex> lock(mu_); stop_ = true; generation_.fetch_add(1); }
+    wake_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  int Launch(Lambda f, void* cdata, int num_task) {
+    std::lock_guard<std::mutex> one_launch(launch_mu_);  // one parallel region at a time
+    int tasks = num_task > 0 && num_task < size_ ? num_task : size_;
+    env_ = GroupEnv{nullptr, tasks};
+    f_ = f; cdata_ = cdata; tasks_ = tasks; rc_.store(0);
+    pending_.store(tasks - 1);
+    { std::lock_guard<std::mutex> lock(mu_); generation_.fetch_add(1); }
+    wake_.notify_all();
+    int rc = f(0, &env_, cdata);
+    for (int i = 0; pending_.load() != 0; ++i) {
+      if (i < kSpins) { Relax(); continue; }
+      std::unique_lock<std::mutex> lock(mu_);
+      done_.wait(lock, [this] { return pending_.load() == 0; });
+    }
+    return rc != 0 ? rc : rc_.load();
+  }
+
+ private:
+  void Work(int id) {
+    uint64_t seen = 0;
+    for (;;) {
+      for (int i = 0; generation_.load() == seen && i < kSpins; ++i) Relax();
+      if (generation_.load() == seen) {
+        std::unique_lock<std::mutex> lock(mu_);
+        wake_.wait(lock, [&] { return generation_.load() != seen; });
+      }
+      seen = generation_.load();
+      if (stop_) return;
+      if (id >= tasks_) continue;
+      int rc = f_(id, &env_, cdata_);
+      if (rc != 0) rc_.store(rc);
+      if (pending_.fetch_sub(1) == 1) {
+        std::lock_guard<std::mutex> lock(mu_);
+        done_.notify_one();
+      }
+    }
+  }
+  int size_ = 1;
+  std::vector<std::thread> workers_;
+  std::mutex mu_, launch_mu_;
+  std::condition_variable wake_, done_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0}, rc_{0};
+  std::atomic<bool> stop_{false};
+  Lambda f_ = nullptr;
+  void* cdata_ = nullptr;
+  int tasks_ = 0;
+  GroupEnv env_{nullptr, 1};
+};
+
+int Launch(Lambda f, void* cdata, int num_task) {
+  static Pool* pool = new Pool();  // started on first use; never destroyed (exit-safe)
+  return pool->Launch(f, cdata, num_task);
+}
+}  // namespace
+
+extern "C" void* __TVMBackendParallelLaunch;
+// Runs when the library is loaded: fill the pointer unless a TVM runtime already did.
+__attribute__((constructor)) static void psa_tvm_install_pool() {
+  if (__TVMBackendParallelLaunch == nullptr) {
+    __TVMBackendParallelLaunch = reinterpret_cast<void*>(&Launch);
+  }
+}
+
+// TVM-FFI function `psa_tvm_own_pool()`: use this pool even where TVM is imported. TVM's loader
+// fills the pointer after loading with its own pool, which defaults to half the cores (one
+// thread on a 2-core host: measured 2.3 instead of 1.2 ms). No arguments, returns None.
+extern "C" int __tvm_ffi_psa_tvm_own_pool(void*, const void*, int32_t, void*) {
+  __TVMBackendParallelLaunch = reinterpret_cast<void*>(&Launch);
+  return 0;
+}

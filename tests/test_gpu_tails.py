@@ -1,0 +1,143 @@
+"""GPU tests of the N-tail and misalignment variants: every ``(vec_kd, vec)`` kernel of the tiled
+builds, reached through the launch rule by the shape (``N``) and by offsetting every view
+(pointer alignment), bit-exact with the reference, canaries intact; the issue's rectangular and
+odd grids; an odd ``N`` past 2**31 elements (int64 with a scalar N side).
+
+    PSA_TVM_ARTIFACTS=.artifacts python -m pytest -m gpu tests/test_gpu_tails.py
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from psa_tvm import reference
+from psa_tvm.config import OpConfig
+from psa_tvm.runtime.manifest import Manifest
+from tests.helpers import DTYPES, bitwise_equal, inputs, poisoned
+from tests.test_gpu import runtime_op
+
+pytestmark = pytest.mark.gpu
+
+CONFIGS = [OpConfig(32, nh, dtype) for nh in (4, 6) for dtype in DTYPES]
+# (H, W) whose N = H*W has exactly this largest power-of-two divisor (up to 8).
+GRID_FOR_WIDTH = {8: (40, 40), 4: (20, 15), 2: (18, 13), 1: (37, 29)}
+# The issue's grids: 640x480 (20x15), 1280x720 letterbox (40x23), odd maps, thin maps.
+TAIL_GRIDS = ((20, 15), (20, 12), (40, 23), (37, 29), (1, 33), (64, 3))
+
+
+def _view(shape, dtype, offset: int, seed: int) -> torch.Tensor:
+    """Non-zero inputs at element ``offset`` of a fresh allocation (256-byte aligned)."""
+    numel = 1
+    for s in shape:
+        numel *= s
+    return inputs((offset + numel,), dtype, "cuda", seed)[offset:].view(shape)
+
+
+def check_forward(op, config, batch, height, width, offset=0, seed=0):
+    """Forward with every tensor at element ``offset``: returns the kernel that ran."""
+    dtype = DTYPES[config.dtype]
+    half = (batch * config.num_heads, height * width, config.key_dim)
+    lo, hi = _view(half, dtype, offset, seed), _view(half, dtype, offset, seed + 1)
+    out = poisoned((batch, config.channels, height, width), dtype, "cuda", 64 + offset)
+    kernel = op.plan_forward([lo, hi], out.tensor, (height, width)).kernel
+    op.launch_forward(lo, hi, out.tensor, torch.cuda.current_stream().cuda_stream,
+                      (height, width))
+    torch.cuda.synchronize()
+    where = f"{config.tag} B={batch} {height}x{width} offset={offset} {kernel.entry}"
+    assert bitwise_equal(out.tensor, reference.merge(lo, hi, config.num_heads, height, width)), \
+        f"forward wrong: {where}"
+    assert out.canaries_intact(), f"forward wrote outside its output: {where}"
+    return kernel
+
+
+def check_backward(op, config, batch, height, width, offset=0, seed=0):
+    dtype = DTYPES[config.dtype]
+    grad = _view((batch, config.channels, height, width), dtype, offset, seed)
+    half = (batch * config.num_heads, height * width, config.key_dim)
+    d_lo = poisoned(half, dtype, "cuda", 64 + offset)
+    d_hi = poisoned(half, dtype, "cuda", 64 + offset)
+    kernel = op.plan_backward(grad, [d_lo.tensor, d_hi.tensor]).kernel
+    op.launch_backward(grad, d_lo.tensor, d_hi.tensor, torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    where = f"{config.tag} B={batch} {height}x{width} offset={offset} {kernel.entry}"
+    ref_lo, ref_hi = reference.merge_backward(grad, config.num_heads, config.key_dim)
+    assert bitwise_equal(d_lo.tensor, ref_lo), f"backward d_lo wrong: {where}"
+    assert bitwise_equal(d_hi.tensor, ref_hi), f"backward d_hi wrong: {where}"
+    assert d_lo.canaries_intact() and d_hi.canaries_intact(), f"backward overran: {where}"
+    return kernel
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.tag)
+def test_every_int32_variant_is_reached_and_bit_exact(gpu_artifacts, config):
+    """Each (vec_kd, vec) kernel: N chosen so vec is its widest legal N width, every view offset
+    so max(vec, vec_kd) * itemsize is exactly the pointers' alignment."""
+    op = runtime_op(str(gpu_artifacts), config.key_dim, config.num_heads, config.dtype, "tiled")
+    build = Manifest.load(gpu_artifacts).find(config, "tiled")
+    itemsize = config.itemsize
+    reached = set()
+    for pass_, check in (("forward", check_forward), ("backward", check_backward)):
+        widths = {(k.vec_kd, k.vec) for k in build.kernels
+                  if k.pass_ == pass_ and k.index_dtype == "int32"}
+        assert (16 // itemsize, 1) in widths, "no kernel keeps 16-byte kd accesses for odd N"
+        for vec_kd, vec in sorted(widths, reverse=True):
+            alignment = max(vec_kd, vec) * itemsize
+            offset = 0 if alignment == 16 else alignment // itemsize
+            for batch in (1, 3):
+                height, width = GRID_FOR_WIDTH[vec]
+                kernel = check(op, config, batch, height, width, offset, seed=vec_kd + vec)
+                assert (kernel.vec_kd, kernel.vec) == (vec_kd, vec), (pass_, kernel.entry)
+                reached.add((pass_, vec_kd, vec))
+    assert len(reached) == sum(1 for k in build.kernels if k.index_dtype == "int32")
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.tag)
+def test_rectangular_and_odd_grids(gpu_artifacts, config):
+    """The issue's grids at batch 1, 16 (and 64 for 20x15): 16-byte kd accesses throughout."""
+    op = runtime_op(str(gpu_artifacts), config.key_dim, config.num_heads, config.dtype, "tiled")
+    full = 16 // config.itemsize
+    for height, width in TAIL_GRIDS:
+        for batch in (1, 16, 64) if (height, width) == (20, 15) else (1, 16):
+            n = height * width
+            for check in (check_forward, check_backward):
+                kernel = check(op, config, batch, height, width)
+                assert kernel.vec_kd == full and kernel.vec == min(full, n & -n), kernel.entry
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("offset", [1, 2, 3, 4, 5])
+def test_misaligned_views_on_a_tail(gpu_artifacts, dtype, offset):
+    """Element offsets 1-5 on N = 300: every narrower variant the alignment allows, exact."""
+    config = OpConfig(32, 4, dtype)
+    op = runtime_op(str(gpu_artifacts), 32, 4, dtype, "tiled")
+    for check in (check_forward, check_backward):
+        kernel = check(op, config, 2, 20, 15, offset)
+        alignment = (offset * config.itemsize) & -(offset * config.itemsize)
+        assert max(kernel.vec, kernel.vec_kd) * config.itemsize <= min(alignment, 16)
+
+
+def test_odd_n_past_int32_uses_int64_with_a_scalar_n_side(gpu_artifacts):
+    """511x511 (odd N), merged 2.2e9 elements: the int64 kernel with vec=1, vec_kd=4."""
+    nh, kd, batch, height, width = 4, 32, 65, 511, 511
+    config = OpConfig(kd, nh, "float16")
+    op = runtime_op(str(gpu_artifacts), kd, nh, "float16", "tiled")
+    n = height * width
+    assert batch * nh * 2 * kd * n > 2**31
+    lo = torch.empty(batch * nh, n, kd, dtype=torch.float16, device="cuda")
+    hi = torch.empty_like(lo)
+    lo.fill_(1.5)
+    hi.fill_(-2.25)
+    for t, seed in ((lo, 0), (hi, 1)):  # distinct values at both ends, past 2**31 included
+        t.view(-1)[:1 << 20].copy_(inputs((1 << 20,), torch.float16, "cuda", seed))
+        t.view(-1)[-(1 << 20):].copy_(inputs((1 << 20,), torch.float16, "cuda", seed + 2))
+    out = torch.full((batch, config.channels, height, width), float("nan"),
+                     dtype=torch.float16, device="cuda")
+    plan = op.plan_forward([lo, hi], out, (height, width))
+    assert (plan.kernel.index_dtype, plan.kernel.vec, plan.kernel.vec_kd) == ("int64", 1, 4)
+    op.launch_forward(lo, hi, out, torch.cuda.current_stream().cuda_stream, (height, width))
+    assert bitwise_equal(out, reference.merge(lo, hi, nh, height, width))
+    lo.fill_(float("nan"))
+    hi.fill_(float("nan"))
+    op.launch_backward(out, lo, hi, torch.cuda.current_stream().cuda_stream)
+    ref_lo, ref_hi = reference.merge_backward(out, nh, kd)
+    assert bitwise_equal(lo, ref_lo) and bitwise_equal(hi, ref_hi)

@@ -1,0 +1,240 @@
+"""N tails and misaligned data, checked without a GPU: the decoupled access widths of the tiled
+rule (``vec_kd`` along kd, ``vec`` along N) in the generated CUDA, the manifest records, and the
+kernel choice at launch for every tail and alignment."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+
+tvm = pytest.importorskip("tvm")
+
+from psa_tvm.compiler.artifact import (  # noqa: E402
+    BuildRequest,
+    build_artifacts,
+    schedule_module,
+    variant_widths,
+)
+from psa_tvm.compiler.cuda_fixups import pack_16bit_gathers  # noqa: E402
+from psa_tvm.compiler.lower import lower_cuda  # noqa: E402
+from psa_tvm.config import OpConfig  # noqa: E402
+from psa_tvm.runtime.manifest import Manifest, kernel_symbol  # noqa: E402
+from psa_tvm.runtime.plan import choose_kernel  # noqa: E402
+
+DTYPES = ("float32", "float16", "bfloat16")
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+# Bytes of the CUDA types TVM prints for vector accesses of each element type.
+VECTOR_BYTES = {"float4": 16, "uint4": 16, "float2": 8, "uint2": 8, "half4": 8,
+                "nv_bfloat164": 8, "half2": 4, "nv_bfloat162": 4, "uint1": 4}
+FLOOR_FIXUP = re.compile(r"\brmod\w*\b|\brdiv\w*\b|>=\s*(?:\(\w+\))?0\)\s*&&")
+# Per pass: the tensors contiguous along kd (rows of lo/hi) and along N (rows of the merged one).
+KD_SIDE = {"forward": ("lo_ptr", "hi_ptr"), "backward": ("dlo_ptr", "dhi_ptr")}
+N_SIDE = {"forward": ("out_ptr",), "backward": ("g_ptr",)}
+
+
+def kernel_bodies(source: str) -> dict[str, str]:
+    kernels = {}
+    head = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\([^)]*\)'
+                      r"\s*\{")
+    for match in head.finditer(source):
+        depth, i = 1, match.end()
+        while depth:
+            depth += {"{": 1, "}": -1}.get(source[i], 0)
+            i += 1
+        kernels[match.group(1)] = source[match.end():i]
+    return kernels
+
+
+def global_accesses(body: str, pointer: str) -> tuple[set[int], int]:
+    """(byte widths of the vector accesses to ``pointer``, count of its scalar accesses)."""
+    vector = {VECTOR_BYTES[t] for t in re.findall(rf"\*\((\w+)\*\)\({pointer}\b", body)}
+    scalar = len(re.findall(rf"\b{pointer}\[", body))
+    return vector, scalar
+
+
+# ----------------------------------------------------------------------- variant set
+def test_variant_widths_keep_the_kd_side_wide_for_every_n_width():
+    assert variant_widths(8, "int32") == [(8, 8), (8, 4), (8, 2), (8, 1), (4, 4), (4, 1),
+                                          (2, 2), (2, 1), (1, 1)]
+    assert variant_widths(4, "int32") == [(4, 4), (4, 2), (4, 1), (2, 2), (2, 1), (1, 1)]
+    # int64: the kd side is capped at 4 lanes, the N side (a plain ramp) is not.
+    assert variant_widths(8, "int64") == [(4, 8), (4, 4), (4, 2), (4, 1), (2, 2), (2, 1),
+                                          (1, 1)]
+    assert variant_widths(1, "int32") == [(1, 1)]
+
+
+def test_kernel_symbols_name_vec_kd_only_where_it_differs():
+    assert kernel_symbol("forward", "tiled", 8, "int32") == "psa_merge_fwd_tiled_v8_i32"
+    assert kernel_symbol("forward", "tiled", 8, "int32", 8) == "psa_merge_fwd_tiled_v8_i32"
+    assert kernel_symbol("backward", "tiled", 2, "int64", 4) == "psa_merge_bwd_tiled_v2k4_i64"
+
+
+# ----------------------------------------------------------------------- generated CUDA
+@pytest.fixture(scope="module", params=DTYPES)
+def lowered(request):
+    """Every tiled variant of kd=32, nh=4 lowered to CUDA (no nvcc needed)."""
+    config = OpConfig(32, 4, request.param)
+    scheduled = schedule_module(BuildRequest(config, "tiled"))
+    module = lower_cuda({symbol: func for symbol, (_, func) in scheduled.items()})
+    source = pack_16bit_gathers(module.source, config.dtype)
+    variants = {module.kernels[symbol]["entry"]: variant
+                for symbol, (variant, _) in scheduled.items()}
+    return config, variants, kernel_bodies(source)
+
+
+def test_every_variant_is_lowered(lowered):
+    config, variants, bodies = lowered
+    full = 16 // config.itemsize
+    expected = {(p, i, kd, v) for p in ("forward", "backward") for i in ("int32", "int64")
+                for kd, v in variant_widths(full, i)}
+    assert {(v.pass_, v.index_dtype, v.vec_kd, v.vec) for v in variants.values()} == expected
+    assert set(variants) <= set(bodies)
+
+
+def test_kd_side_keeps_its_width_whatever_the_n_side(lowered):
+    """Rows of lo/hi are read (forward) or written (backward) vec_kd elements at a time: 16-byte
+    LDG/STG for every int32 variant with the full kd width, N tails included."""
+    config, variants, bodies = lowered
+    itemsize, full = config.itemsize, 16 // config.itemsize
+    wide = "float4" if config.dtype == "float32" else "uint4"
+    for entry, variant in variants.items():
+        body = bodies[entry]
+        for pointer in KD_SIDE[variant.pass_]:
+            vector, scalar = global_accesses(body, pointer)
+            if variant.vec_kd == 1:
+                assert not vector and scalar, (entry, pointer)
+                continue
+            assert scalar == 0, (entry, pointer, "scalar access on the kd side")
+            assert vector == {variant.vec_kd * itemsize}, (entry, pointer, vector)
+            if variant.index_dtype == "int32" and variant.vec_kd == full:
+                assert re.search(rf"\*\({wide}\*\)\({pointer}\b", body), (entry, pointer)
+
+
+def test_n_side_uses_the_widest_width_n_allows(lowered):
+    config, variants, bodies = lowered
+    for entry, variant in variants.items():
+        body = bodies[entry]
+        for pointer in N_SIDE[variant.pass_]:
+            vector, scalar = global_accesses(body, pointer)
+            if variant.vec == 1:
+                assert not vector and scalar, (entry, pointer)
+            else:
+                assert scalar == 0 and vector == {variant.vec * config.itemsize}, (
+                    entry, pointer, vector, scalar)
+
+
+def test_no_floor_div_fixups_in_any_variant(lowered):
+    _, variants, bodies = lowered
+    for entry in variants:
+        found = FLOOR_FIXUP.findall(bodies[entry])
+        assert not found, f"{entry}: floor-div/mod sign fix-ups {found[:3]}"
+
+
+def test_the_tail_predicate_is_one_per_vector(lowered):
+    """The N side's tail test compares whole vectors (``... < NV``), never per lane in a loop."""
+    _, variants, bodies = lowered
+    for entry, variant in variants.items():
+        if variant.vec > 1:
+            assert not re.search(r"for \(int\w* \w+_s = 0;", bodies[entry]), entry
+
+
+# ----------------------------------------------------------------------- manifest + choice
+@pytest.fixture(scope="module")
+def tail_manifest(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tails")
+    build_artifacts([BuildRequest(OpConfig(16, 2, dtype), "tiled") for dtype in
+                     ("float32", "float16")], out, ["sm_90"])
+    return Manifest.load(out)
+
+
+def test_manifest_records_vec_kd(tail_manifest):
+    raw = __import__("json").loads((tail_manifest.root / "manifest.json").read_text())
+    for build in raw["builds"]:
+        itemsize = ITEMSIZE[build["dtype"]]
+        for kernel in build["kernels"]:
+            assert kernel["vec_kd"] * itemsize <= 16 and kernel["vec"] * itemsize <= 16
+            symbol = kernel_symbol(kernel["pass"], build["schedule"], kernel["vec"],
+                                   kernel["index_dtype"], kernel["vec_kd"])
+            assert kernel["entry"] == f"{symbol}_kernel"
+    for build in tail_manifest.builds:
+        for kernel in build.kernels:
+            for arch_report in kernel.resources.values():
+                assert arch_report["spill_stores"] == 0, kernel.entry
+
+
+def _rule(kernels, n: int, alignment: int, itemsize: int) -> tuple[int, int]:
+    """The rule as CONTEXT.md states it, written independently of plan.py."""
+    fits = [(k.vec_kd, k.vec) for k in kernels
+            if n % k.vec == 0 and alignment % (max(k.vec, k.vec_kd) * itemsize) == 0]
+    return max(fits)
+
+
+@pytest.mark.parametrize("n", [1600, 300, 1073, 920, 240, 33, 192, 6, 2, 1])
+@pytest.mark.parametrize("alignment", [16, 8, 4, 2])
+def test_kernel_choice_follows_the_rule(tail_manifest, n, alignment):
+    for build, pass_, index_dtype in itertools.product(
+            tail_manifest.builds, ("forward", "backward"), ("int32", "int64")):
+        itemsize = build.config.itemsize
+        if alignment % itemsize:
+            continue
+        kernels = [k for k in build.kernels if k.pass_ == pass_ and k.index_dtype == index_dtype]
+        chosen = choose_kernel(build, pass_, n, index_dtype, alignment)
+        assert (chosen.vec_kd, chosen.vec) == _rule(kernels, n, alignment, itemsize)
+
+
+def test_tails_keep_16_byte_kd_accesses(tail_manifest):
+    """The issue's shapes: N = 300 (20x15), 1073 (37x29), 920 (40x23), 33 (1x33)."""
+    expected = {"float16": {1600: (8, 8), 300: (8, 4), 920: (8, 8), 1073: (8, 1), 33: (8, 1),
+                            240: (8, 8), 192: (8, 8), 6: (8, 2)},
+                "float32": {1600: (4, 4), 300: (4, 4), 920: (4, 4), 1073: (4, 1), 33: (4, 1),
+                            240: (4, 4), 192: (4, 4), 6: (4, 2)}}
+    for build in tail_manifest.builds:
+        for n, widths in expected[build.config.dtype].items():
+            for pass_ in ("forward", "backward"):
+                kernel = choose_kernel(build, pass_, n, "int32", 16)
+                assert (kernel.vec_kd, kernel.vec) == widths, (build.config.dtype, n, pass_)
+        # 8-byte-aligned data: 8-byte accesses on both sides where N allows.
+        kernel = choose_kernel(build, "forward", 300, "int32", 8)
+        assert (kernel.vec_kd, kernel.vec) == ((4, 4) if build.config.itemsize == 2 else (2, 2))
+
+
+# ----------------------------------------------------------------------- CPU
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cpu_forward_vector_kernel_and_tails_are_exact(dtype):
+    """The CPU library's N % lanes == 0 forward kernel (32-bit types) and the any-N one, on N
+    tails and on misaligned views, bit-exact; d_lo/d_hi exact too."""
+    import torch
+
+    import psa_tvm
+    from psa_tvm import reference
+    from psa_tvm.runtime.cpu import cpu_kernels
+
+    config = OpConfig(32, 2, dtype)
+    kernels = cpu_kernels(config)
+    assert kernels.library.forward_vec == (8 if dtype == "float32" else 1)
+    assert (kernels.forward_vec_fn is not None) == (dtype == "float32")
+    # 16-bit types: the pair kernels on 32-bit words (forward for N % 16 == 0, backward N even)
+    assert kernels.library.pairs_forward_vec == (0 if dtype == "float32" else 8)
+    assert (kernels.pairs_backward_fn is not None) == (dtype != "float32")
+    import tvm_ffi
+
+    tvm_ffi.load_module(str(kernels.library.path))["psa_tvm_own_pool"]()  # cpu_pool.cc's switch
+    tdt = getattr(torch, dtype)
+    for batch, height, width in ((2, 40, 40), (3, 37, 29), (1, 20, 15), (2, 1, 33), (1, 64, 3),
+                                 (2, 3, 2)):
+        n = height * width
+        base = torch.randn(2 * batch * 2 * n * 32 + 1).to(tdt)
+        base[base == 0] = 1
+        lo = base[1:1 + batch * 2 * n * 32].view(batch * 2, n, 32)  # element-aligned view
+        hi = base[-batch * 2 * n * 32:].view(batch * 2, n, 32)
+        for a, b in ((lo, hi), (lo.clone(), hi)):  # misaligned, then aligned lo
+            merged = psa_tvm.merge(a, b, 2, height, width)
+            assert torch.equal(merged, reference.merge(a, b, 2, height, width)), (dtype, n)
+            d_lo, d_hi = psa_tvm.merge_backward(merged, 2, 32)
+            assert torch.equal(d_lo, a) and torch.equal(d_hi, b), (dtype, n)
+            views = psa_tvm.merge_backward(merged[:, :, :, :], 2, 32,
+                                           d_lo=torch.empty_like(base)[1:1 + a.numel()].view(
+                                               a.shape), d_hi=torch.empty_like(b))
+            assert torch.equal(views[0], a) and torch.equal(views[1], b), (dtype, n)
