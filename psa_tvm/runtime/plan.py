@@ -80,6 +80,12 @@ def choose_kernel(build: BuildSpec, pass_: str, n: int, index_dtype: str,
     return best
 
 
+def main_variant(build: BuildSpec, pass_: str) -> KernelSpec:
+    """The variant a build is named by: int32 indexing, the widest accesses."""
+    return max((k for k in build.kernels if k.pass_ == pass_ and k.index_dtype == "int32"),
+               key=lambda k: (k.vec_kd, k.vec))
+
+
 def kernel_shapes(dims: MergeDims) -> dict[str, tuple[int, ...]]:
     """Shapes of every kernel buffer (the merged tensor as the kernels view it, 5-D)."""
     half = dims.half_shape

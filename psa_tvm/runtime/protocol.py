@@ -69,3 +69,19 @@ class RuntimeOp(Protocol):
                            visitor: ArgVisitor) -> None: ...
     def n_launches(self) -> int: ...
     def n_backward_launches(self) -> int: ...
+
+
+class NoLearnedParams:
+    """The parameter part of the surface for ops without learned parameters (layout ops)."""
+
+    def param_shapes(self) -> list[tuple[int, ...]]:
+        """The op has no learned parameters."""
+        return []
+
+    def param_names(self) -> list[str]:
+        """The op has no learned parameters."""
+        return []
+
+    def param_init_data(self) -> list[Any]:
+        """The op has no learned parameters."""
+        return []

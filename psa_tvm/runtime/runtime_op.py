@@ -19,8 +19,15 @@ from psa_tvm.runtime import env
 from psa_tvm.runtime.artifacts import find_build
 from psa_tvm.runtime.manifest import BuildSpec
 from psa_tvm.runtime.memo import Memo
-from psa_tvm.runtime.plan import KernelChoice, LaunchPlan, choose, make_plan, pointer_alignment
-from psa_tvm.runtime.protocol import ArgVisitor, RecordingVisitor
+from psa_tvm.runtime.plan import (
+    KernelChoice,
+    LaunchPlan,
+    choose,
+    main_variant,
+    make_plan,
+    pointer_alignment,
+)
+from psa_tvm.runtime.protocol import ArgVisitor, NoLearnedParams, RecordingVisitor
 from psa_tvm.runtime.tensors import CUDA, TensorInfo, tensor_info
 from psa_tvm.runtime.tuned import DEFAULT_SCHEDULE, tuned_entry
 from psa_tvm.runtime.validation import (
@@ -44,7 +51,7 @@ def _as_shape_or_info(obj: object, name: str) -> TensorInfo:
     return tensor_info(obj, name)
 
 
-class PsaMergeAttnRuntimeOp:
+class PsaMergeAttnRuntimeOp(NoLearnedParams):
     """The PSA attention-merge op: grid, block and packed arguments for prebuilt kernels.
 
     ``key_dim``, ``num_heads`` and ``dtype`` fix the build. ``schedule`` names the schedule rule
@@ -102,9 +109,7 @@ class PsaMergeAttnRuntimeOp:
         """
         if inputs is not None:
             return self.plan_forward(inputs, output).kernel.entry
-        build = self._builds["forward"]
-        return max((k for k in build.kernels if k.pass_ == "forward" and k.index_dtype == "int32"),
-                   key=lambda k: (k.vec_kd, k.vec)).entry
+        return main_variant(self._builds["forward"], "forward").entry
 
     def forward_source(self) -> str:
         """CUDA source of the forward build (a translation unit with every variant)."""
@@ -117,18 +122,6 @@ class PsaMergeAttnRuntimeOp:
     def n_activation_inputs(self) -> int:
         """Two activations: ``lo`` and ``hi``."""
         return 2
-
-    def param_shapes(self) -> list[tuple[int, ...]]:
-        """The op has no learned parameters."""
-        return []
-
-    def param_names(self) -> list[str]:
-        """The op has no learned parameters."""
-        return []
-
-    def param_init_data(self) -> list[Any]:
-        """The op has no learned parameters."""
-        return []
 
     def compute_concrete_output_shape(self, input_shapes: Sequence[Sequence[int]],
                                       spatial: tuple[int, int] | None = None) -> list[int]:

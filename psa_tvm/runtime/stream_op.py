@@ -26,9 +26,10 @@ from psa_tvm.runtime.plan import (
     LaunchPlan,
     choose_kernel,
     index_dtype_for,
+    main_variant,
     pointer_alignment,
 )
-from psa_tvm.runtime.protocol import ArgVisitor
+from psa_tvm.runtime.protocol import ArgVisitor, NoLearnedParams
 from psa_tvm.runtime.tensors import CUDA, TensorInfo, tensor_info
 from psa_tvm.runtime.tuned import DEFAULT_SCHEDULE
 from psa_tvm.runtime.validation import check_count, check_dtype, check_no_overlap
@@ -168,7 +169,7 @@ def _shape_or_info(obj: object, name: str, dtype: str) -> TensorInfo:
     return info
 
 
-class PsaPackQkvRuntimeOp:
+class PsaPackQkvRuntimeOp(NoLearnedParams):
     """The pack as a RuntimeOp with the seed's surface.
 
     Forward: ``qkv [B, 4*nh*kd, H, W]`` (the ``qkv`` conv's output) -> ``packed [B, H*W, nh,
@@ -223,8 +224,7 @@ class PsaPackQkvRuntimeOp:
         if inputs is not None:
             return self.plan_forward(inputs, output).kernel.entry
         build = self.stream.builds["backward"]
-        return max((k for k in build.kernels if k.pass_ == "backward"
-                    and k.index_dtype == "int32"), key=lambda k: (k.vec_kd, k.vec)).entry
+        return main_variant(build, "backward").entry
 
     def forward_source(self) -> str:
         return self.stream.builds["backward"].source.read_text()
@@ -235,15 +235,6 @@ class PsaPackQkvRuntimeOp:
     def n_activation_inputs(self) -> int:
         """One activation: ``qkv``."""
         return 1
-
-    def param_shapes(self) -> list[tuple[int, ...]]:
-        return []
-
-    def param_names(self) -> list[str]:
-        return []
-
-    def param_init_data(self) -> list[Any]:
-        return []
 
     def compute_concrete_output_shape(self, input_shapes: Sequence[Sequence[int]],
                                       spatial: tuple[int, int] | None = None) -> list[int]:
