@@ -44,15 +44,15 @@ for s in $steps; do
     tune) step tune 600 bash -c "python3 scripts/tune.py run --artifacts '$art' &&
             python3 scripts/tune.py select --artifacts '$art' -o schedules/sm_90.json &&
             cp schedules/sm_90.json '$out/'" ;;
-    test) step test 300 python3 -m pytest -m gpu -q -p no:cacheprovider -rs tests ;;
-    native) step native 120 bash -c "$(declare -f native_example native_sanitizer);
+    test) step test 260 python3 -m pytest -m gpu -q -p no:cacheprovider -rs tests ;;
+    native) step native 80 bash -c "$(declare -f native_example native_sanitizer);
             art='$art'; native_example && native_sanitizer" ;;
     sanitize) step sanitize 300 bash scripts/sanitize.sh ;;
-    bench) step bench 150 python3 scripts/bench.py --quick --out "$out/bench" ;;
-    host) step host 60 bash -c "python3 -m psa_tvm.cli bench --host --device cuda &&
+    bench) step bench 90 python3 scripts/bench.py --quick --out "$out/bench" ;;
+    host) step host 40 bash -c "python3 -m psa_tvm.cli bench --host --device cuda &&
             python3 -m psa_tvm.cli bench --host --device cpu" ;;
-    attention) step attention 150 python3 -m psa_tvm.cli bench --attention \
-                 --out "$out/attention" --budget-s 120 ;;
+    attention) step attention 100 python3 -m psa_tvm.cli bench --attention \
+                 --out "$out/attention" --budget-s 80 ;;
     *) echo "unknown step $s"; result[$s]=2 ;;
   esac
 done
