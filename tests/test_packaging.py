@@ -21,3 +21,24 @@ def test_every_subpackage_and_the_schedules_are_listed_in_pyproject():
     assert "*.cc" in config["package-data"]["psa_tvm.compiler"]  # the CPU thread pool
     assert (ROOT / "psa_tvm" / "compiler" / "cpu_pool.cc").is_file()
     assert (ROOT / "schedules" / "sm_90.json").is_file()
+
+
+@pytest.mark.parametrize("command", ["demo", "build", "inspect", "bench", "tune"])
+def test_every_cli_command_builds_its_parser(command, capsys):
+    """Options merged from several tools (bench's merge, tails and attention groups) must not
+    collide: argparse raises at parser construction, before any GPU work."""
+    from psa_tvm.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert "usage: psa-tvm" in capsys.readouterr().out
+
+
+def test_scripts_share_the_cli_arguments(capsys):
+    from psa_tvm.tools import bench, bench_attention, tune
+
+    for tool in (bench, bench_attention, tune):
+        with pytest.raises(SystemExit) as exit_info:
+            tool.main(["--help"])
+        assert exit_info.value.code == 0

@@ -7,6 +7,8 @@ from its semantics, so ultralytics is not needed); on a host with ultralytics (i
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -137,11 +139,29 @@ def no_tf32():
     torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
+def _training_grads(model, x: torch.Tensor, patched: bool) -> torch.Tensor:
+    """Parameter gradients of one training step (a fixed linear functional of the outputs)."""
+    if patched:
+        patch(model)
+    model.train()
+    model.zero_grad()
+    out = _flat(model(x))
+    # A mean, not a sum: pure float16 training of a fresh yolo11x overflowed (NaN) with the
+    # sum, in the stock run as well.
+    (out.float() * torch.linspace(-1, 1, out.numel(), device="cuda")).mean().backward()
+    grads = torch.cat([p.grad.float().flatten() for p in model.parameters()
+                       if p.grad is not None])
+    if patched:
+        unpatch(model)
+    return grads
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("yaml", YOLO11)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_yolo11_patched_matches_stock(yaml, dtype, no_tf32):
-    model = _detection_model(yaml).cuda().to(dtype)
+    stock32 = _detection_model(yaml).cuda()
+    model = copy.deepcopy(stock32).to(dtype)
     x = inputs((2, 3, 320, 320), dtype, "cuda")
     rel = 1e-4 if dtype == torch.float32 else 2e-2
     model.eval()
@@ -151,18 +171,18 @@ def test_yolo11_patched_matches_stock(yaml, dtype, no_tf32):
         got = _flat(model(x))
     _close(got, want, rel)
     unpatch(model)
-    model.train()
-    grads = []
-    for patched in (False, True):
-        if patched:
-            patch(model)
-        model.zero_grad()
-        out = _flat(model(x))
-        # A mean, not a sum: pure float16 training of a fresh yolo11x overflowed (NaN) with
-        # the sum, in the stock run as well.
-        (out.float() * torch.linspace(-1, 1, out.numel(), device="cuda")).mean().backward()
-        grads.append(torch.cat([p.grad.float().flatten() for p in model.parameters()
-                                if p.grad is not None]))
-    if not grads[0].isfinite().all():
+    stock = _training_grads(model, x, patched=False)
+    patched = _training_grads(model, x, patched=True)
+    if dtype == torch.float32:
+        _close(patched, stock, 10 * rel)
+        return
+    # float16 training of a whole detector amplifies rounding through ~300 layers: two valid
+    # float16 attentions (ultralytics' matmul/softmax, flash with float32 accumulation) can
+    # differ by 20% in some gradients. The claim tested: the patched model is as close to the
+    # float32 truth as the stock float16 model is.
+    if not stock.isfinite().all():
         pytest.skip("the stock float16 gradients are not finite")
-    _close(grads[1], grads[0], 10 * rel)
+    truth = _training_grads(stock32, x.float(), patched=False)
+    stock_err = ((stock - truth).norm() / truth.norm()).item()
+    patched_err = ((patched - truth).norm() / truth.norm()).item()
+    assert patched_err <= 1.25 * stock_err + 1e-3, (patched_err, stock_err)

@@ -238,7 +238,9 @@ def add_arguments(parser, standalone: bool = True) -> None:
         parser.add_argument("--artifacts", default=None)
     parser.add_argument("--modes", nargs="+", default=["inference", "training"],
                         choices=["inference", "training"])
-    parser.add_argument("--shapes", choices=["targets", "grid", "all"], default="all")
+    # Not --shapes: `psa-tvm bench` has that option for the merge's grids.
+    parser.add_argument("--attention-shapes", choices=["targets", "grid", "all"], default="all",
+                        help="the issue's target shapes, the YOLO grid, or both")
     parser.add_argument("--budget-s", type=float, default=600.0,
                         help="stop starting new cases after this many seconds")
 
@@ -278,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
                           ("block", 512, 1, 20, torch.float16)]
     cases += [("core", dim, b, size, getattr(torch, dtype), mode)
               for group, dtype, mode in order
-              if args.shapes in (group, "all") and dtype in dtypes and mode in args.modes
+              if args.attention_shapes in (group, "all") and dtype in dtypes and mode in args.modes
               for dim, b, size in groups[group]]
     for case in cases:
         if time.perf_counter() - start > args.budget_s:
