@@ -17,9 +17,11 @@ import torch
 
 from psa_tvm.config import OpConfig
 
-#: What ``small_artifacts`` holds: (config, GPU schedules); CPU libraries for each config too.
+#: What ``small_artifacts`` holds: (config, GPU schedules); CPU libraries for each config too
+#: (bfloat16: CPU only, for the native library's CPU kernels).
 SMALL_BUILDS = ((OpConfig(32, 4, "float16"), ("rowwise", "tiled")),
-                (OpConfig(32, 4, "float32"), ("tiled",)))
+                (OpConfig(32, 4, "float32"), ("tiled",)),
+                (OpConfig(32, 4, "bfloat16"), ()))
 SMALL_ARCHS = ("sm_90",)
 
 # A run-time-only host (the GPU host: no TVM) collects no module that imports the compiler

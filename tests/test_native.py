@@ -177,6 +177,135 @@ def test_library_info(lib):
     assert info["manifest_digest"] == pointer["manifest_sha1"]
 
 
+# ----------------------------------------------------------------------- CPU kernels
+ALL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# H*W hitting each CPU kernel: 1x33, 7x5 odd (generic); 20x20 (float32: vec; 16-bit: pairs both
+# passes); 4x6 (float32: vec; 16-bit: generic forward, pairs backward).
+CPU_SHAPES = [(1, 1, 33), (2, 7, 5), (2, 20, 20), (1, 4, 6)]
+
+
+def _words_view(shape, dtype, offset):
+    """A tensor of ``shape`` at element ``offset`` of a fresh buffer (odd offsets of 16-bit
+    types are 2 bytes past 4-byte alignment)."""
+    numel = 1
+    for s in shape:
+        numel *= s
+    return torch.empty(offset + numel, dtype=dtype)[offset:].view(shape)
+
+
+def _runtime_cpu(art, dtype):
+    from psa_tvm.config import OpConfig
+    from psa_tvm.runtime.cpu import cpu_kernels
+
+    return cpu_kernels(OpConfig(KD, NH, str(dtype).removeprefix("torch.")), art)
+
+
+def test_library_info_cpu_kernels_match_the_cpu_libraries(art, lib):
+    """The native library holds the per-configuration library's kernels (same facts, same
+    symbols): both come from psa_tvm.compiler.cpu.scheduled_cpu_kernels."""
+    import tvm_ffi
+
+    from psa_tvm.runtime.manifest import Manifest
+
+    manifest = Manifest.load(art)
+    info = {(c["key_dim"], c["num_heads"], c["dtype"]): c for c in lib.info()["configs"]}
+    for spec in manifest.cpu_libraries:
+        kernels = info[(spec.config.key_dim, spec.config.num_heads, spec.config.dtype)][
+            "cpu_kernels"]
+        assert kernels["forward_vec"] == spec.forward_vec
+        assert kernels["pairs_forward_vec"] == spec.pairs_forward_vec
+        assert kernels["pairs_backward"] == spec.pairs_backward
+        module = tvm_ffi.load_module(str(spec.path))
+        for symbol in kernels["symbols"]:  # the per-config library exports the same kernels
+            assert module[symbol] is not None
+        expected = {"psa_merge_fwd_cpu", "psa_merge_bwd_cpu"}
+        if spec.forward_vec > 1:
+            expected.add(f"psa_merge_fwd_cpu_v{spec.forward_vec}")
+        if spec.pairs_forward_vec:
+            expected |= {f"psa_merge_fwd_cpu_pairs_v{spec.pairs_forward_vec}",
+                         "psa_merge_bwd_cpu_pairs"}
+        assert set(kernels["symbols"]) == expected
+    assert {c.dtype for c in (s.config for s in manifest.cpu_libraries)} == {
+        "float32", "float16", "bfloat16"}
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", CPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("offset", [0, 1])
+def test_cpu_kernels_exact_and_choice_agrees(art, lib, dtype, shape, offset):
+    """Every CPU kernel (pairs, vec, generic) is bit-exact with canaries intact, and the library
+    picks the kernel psa_tvm.runtime.cpu picks (offset 1: 16-bit data 2 bytes off 4-byte
+    alignment must not take the pairs kernels)."""
+    batch, height, width = shape
+    n = height * width
+    lo = _words_view(half(batch, n), dtype, offset)
+    hi = _words_view(half(batch, n), dtype, offset)
+    lo.copy_(inputs(half(batch, n), dtype, "cpu", 1))
+    hi.copy_(inputs(half(batch, n), dtype, "cpu", 2))
+    expected = reference.merge(lo, hi, NH, height, width)
+    out = poisoned(merged(batch, height, width), dtype, "cpu", offset=64 + offset)
+    runtime = _runtime_cpu(art, dtype)
+    out5 = out.tensor.view(batch, NH, 2, KD, n)
+    want = list(runtime.plan_forward(lo, hi, out5, n))
+    got = list(lib.module["plan_cpu_forward"](lo, hi, out.tensor))
+    assert got == want
+    aligned = offset == 0 or dtype == torch.float32
+    if dtype != torch.float32:
+        assert (got[0] == "pairs") == (aligned and n % 16 == 0)
+    else:
+        assert got[0] == ("vec" if n % 8 == 0 else "generic")
+    lib.merge_forward(lo, hi, out.tensor)
+    assert bitwise_equal(out.tensor, expected) and out.canaries_intact()
+
+    grad = _words_view(merged(batch, height, width), dtype, offset)
+    grad.copy_(inputs(merged(batch, height, width), dtype, "cpu", 3))
+    ref_lo, ref_hi = ref_backward(grad)
+    d_lo = poisoned(half(batch, n), dtype, "cpu", offset=64 + offset)
+    d_hi = poisoned(half(batch, n), dtype, "cpu", offset=64 + offset)
+    want = list(runtime.plan_backward(grad.view(batch, NH, 2, KD, n), d_lo.tensor, d_hi.tensor, n))
+    got = list(lib.module["plan_cpu_backward"](grad, d_lo.tensor, d_hi.tensor))
+    assert got == want
+    if dtype != torch.float32:
+        assert (got[0] == "pairs") == (aligned and n % 2 == 0)
+    else:
+        assert got[0] == "generic"
+    lib.merge_backward(grad, d_lo.tensor, d_hi.tensor)
+    assert bitwise_equal(d_lo.tensor, ref_lo) and bitwise_equal(d_hi.tensor, ref_hi)
+    assert d_lo.canaries_intact() and d_hi.canaries_intact()
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_public_functions_run_the_cpu_kernels(use_native, lib, dtype, monkeypatch):
+    """psa_tvm.merge / merge_backward on CPU go through the native library's scheduled kernels
+    (allocating and into given outputs), never the per-config library."""
+    import psa_tvm.ops
+
+    monkeypatch.setattr(psa_tvm.ops, "cpu_kernels",
+                        lambda *a, **k: pytest.fail("the per-config CPU library was used"))
+    for batch, height, width in CPU_SHAPES:
+        n = height * width
+        lo = inputs(half(batch, n), dtype, "cpu", 1)
+        hi = inputs(half(batch, n), dtype, "cpu", 2)
+        expected = reference.merge(lo, hi, NH, height, width)
+        assert bitwise_equal(psa_tvm.merge(lo, hi, NH, height, width), expected)
+        out = poisoned(merged(batch, height, width), dtype, "cpu")
+        psa_tvm.merge(lo, hi, NH, height, width, out=out.tensor)
+        assert bitwise_equal(out.tensor, expected) and out.canaries_intact()
+        d_lo, d_hi = psa_tvm.merge_backward(expected, NH, KD)
+        assert bitwise_equal(d_lo, lo) and bitwise_equal(d_hi, hi)
+
+
+def test_plan_cpu_validates_like_a_call(lib):
+    lo = inputs(half(1, 12), torch.float32, "cpu", 1)
+    with pytest.raises(ValueError):
+        lib.module["plan_cpu_forward"](lo, lo, torch.empty(1, C, 3, 5))
+    with pytest.raises(TypeError):
+        lib.module["plan_cpu_forward"](lo, lo.double(), torch.empty(1, C, 3, 4))
+    with pytest.raises(ArtifactNotFoundError):
+        small = inputs((1, 12, 8), torch.float32, "cpu", 1)
+        lib.module["plan_cpu_forward"](small, small, torch.empty(1, 16, 3, 4))
+
+
 # ----------------------------------------------------------------------- agreement
 @pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -17,6 +17,7 @@ import hashlib
 import os
 import platform
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import tvm
@@ -50,8 +51,21 @@ def library_path(config: OpConfig) -> str:
     return f"{config.tag}/cpu-{DEFINITION_DIGEST}.so"
 
 
-def compile_cpu(config: OpConfig, path: Path) -> None:
-    """Compile both passes for LLVM and export them to ``path`` (a shared library)."""
+@dataclass(frozen=True)
+class CpuKernelSet:
+    """The scheduled CPU kernels of one configuration and the facts that choose among them
+    (:meth:`psa_tvm.runtime.cpu.CpuKernels.forward` / ``backward``, and the native library's
+    CPU path, make the same choice from these)."""
+
+    funcs: dict  # symbol (``prefix`` + the run time's name) -> scheduled PrimFunc
+    forward_vec: int  # > 1: a forward kernel for N % forward_vec == 0
+    pairs_forward_vec: int  # > 0 (16-bit): a forward kernel on words for N % (2 * it) == 0
+    pairs_backward: bool  # 16-bit: a backward kernel on words for even N
+
+
+def scheduled_cpu_kernels(config: OpConfig, prefix: str = "") -> CpuKernelSet:
+    """Every CPU kernel of ``config``, scheduled by the ``cpu`` rule; symbols are
+    ``prefix + FORWARD_SYMBOL`` etc. (see :mod:`psa_tvm.runtime.cpu` for the names)."""
     params = RULE.default_params(config)
     kernels = [(FORWARD_SYMBOL, "forward", merge_forward, 1),
                (BACKWARD_SYMBOL, "backward", merge_backward, 1)]
@@ -60,18 +74,24 @@ def compile_cpu(config: OpConfig, path: Path) -> None:
         kernels.append((forward_vec_symbol(vec), "forward", merge_forward, vec))
     funcs = {}
     for symbol, pass_, compute, width in kernels:
-        func = compute(config, vec=width, index_dtype="int64", name=symbol,
-                       align=config.itemsize)
-        funcs[symbol] = RULE.apply(func, pass_, config, params, width)
+        name = prefix + symbol
+        func = compute(config, vec=width, index_dtype="int64", name=name, align=config.itemsize)
+        funcs[name] = RULE.apply(func, pass_, config, params, width)
     pairs_vec = _pairs_vec(config)
     if pairs_vec:
-        symbol = pairs_symbol("forward", pairs_vec)
-        funcs[symbol] = RULE.apply(pairs_forward(config, vec=pairs_vec, name=symbol), "forward",
-                                   config, params, pairs_vec, pairs=True)
-        symbol = pairs_symbol("backward")
-        funcs[symbol] = RULE.apply(pairs_backward(config, name=symbol), "backward", config,
-                                   params, pairs=True)
-    executable = tvm.compile(tvm.IRModule(funcs), target=cpu_target())
+        name = prefix + pairs_symbol("forward", pairs_vec)
+        funcs[name] = RULE.apply(pairs_forward(config, vec=pairs_vec, name=name), "forward",
+                                 config, params, pairs_vec, pairs=True)
+        name = prefix + pairs_symbol("backward")
+        funcs[name] = RULE.apply(pairs_backward(config, name=name), "backward", config,
+                                 params, pairs=True)
+    return CpuKernelSet(funcs, vec, pairs_vec, pairs_vec > 0)
+
+
+def compile_cpu(config: OpConfig, path: Path) -> None:
+    """Compile both passes for LLVM and export them to ``path`` (a shared library)."""
+    executable = tvm.compile(tvm.IRModule(scheduled_cpu_kernels(config).funcs),
+                             target=cpu_target())
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp.so")
     executable.export_library(str(tmp), addons=[str(POOL_SOURCE)],
@@ -85,8 +105,15 @@ def build_cpu_library(config: OpConfig, out_dir: Path) -> dict:
     compile_cpu(config, out_dir / relative)
     return {"key_dim": config.key_dim, "num_heads": config.num_heads, "dtype": config.dtype,
             "path": relative, "target": str(cpu_target()), "definition": DEFINITION_DIGEST,
-            "forward_vec": RULE.forward_vec(config, RULE.default_params(config)),
-            "pairs_forward_vec": _pairs_vec(config), "pairs_backward": _pairs_vec(config) > 0}
+            **cpu_facts(config)}
+
+
+def cpu_facts(config: OpConfig) -> dict:
+    """The manifest's facts of ``config``'s CPU kernels (what :func:`scheduled_cpu_kernels`
+    builds), without scheduling anything."""
+    pairs_vec = _pairs_vec(config)
+    return {"forward_vec": RULE.forward_vec(config, RULE.default_params(config)),
+            "pairs_forward_vec": pairs_vec, "pairs_backward": pairs_vec > 0}
 
 
 def _pairs_vec(config: OpConfig) -> int:

@@ -88,7 +88,13 @@ class Pool {
   GroupEnv env_{nullptr, 1};
 };
 
+thread_local bool tls_serial = false;  // psa_tvm_pool_serial: this thread's launches run inline
+
 int Launch(Lambda f, void* cdata, int num_task) {
+  if (tls_serial) {  // one task over the whole range, on the calling thread: no wake-up
+    GroupEnv env{nullptr, 1};
+    return f(0, &env, cdata);
+  }
   static Pool* pool = new Pool();  // started on first use; never destroyed (exit-safe)
   return pool->Launch(f, cdata, num_task);
 }
@@ -108,4 +114,13 @@ __attribute__((constructor)) static void psa_tvm_install_pool() {
 extern "C" int __tvm_ffi_psa_tvm_own_pool(void*, const void*, int32_t, void*) {
   __TVMBackendParallelLaunch = reinterpret_cast<void*>(&Launch);
   return 0;
+}
+
+// `psa_tvm_pool_serial(on)`: run this thread's parallel regions inline (1: on, 0: off) until
+// called again; returns the previous setting. The native library turns it on around calls too
+// small to pay for waking the workers (a plain C function, not exported by the libraries).
+extern "C" int psa_tvm_pool_serial(int on) {
+  const int previous = tls_serial ? 1 : 0;
+  tls_serial = on != 0;
+  return previous;
 }

@@ -32,11 +32,18 @@ from typing import Any, ClassVar
 
 from psa_tvm.config import OpConfig
 from psa_tvm.errors import ArtifactNotFoundError
-from psa_tvm.runtime.env import cuda_roots, cxx_compiler
+from psa_tvm.runtime.cpu import (
+    BACKWARD_SYMBOL,
+    FORWARD_SYMBOL,
+    forward_vec_symbol,
+    pairs_symbol,
+)
+from psa_tvm.runtime.env import cpu_mcpu, cuda_roots, cxx_compiler
 from psa_tvm.runtime.manifest import MANIFEST_NAME
 from psa_tvm.runtime.native import LIBRARY_PREFIX, POINTER_NAME
 
 TEMPLATE_DIR = Path(__file__).with_name("native_template")
+CPU_POOL_SOURCE = Path(__file__).with_name("cpu_pool.cc")
 _ROLES = {"lo": "kLo", "hi": "kHi", "out": "kOut", "g": "kG", "dlo": "kDlo", "dhi": "kDhi"}
 _ROLE_RANK = {"lo": 3, "hi": 3, "dlo": 3, "dhi": 3, "out": 5, "g": 5}
 _PASSES = {"forward": "kForward", "backward": "kBackward"}
@@ -57,6 +64,13 @@ def _generator_digest() -> bytes:
     sha = hashlib.sha1(Path(__file__).read_bytes())
     for header in sorted(TEMPLATE_DIR.glob("*.h")):
         sha.update(header.read_bytes())
+    # The CPU kernels' definition (TensorIR, schedule, build, target override), as
+    # psa_tvm.compiler.cpu.DEFINITION_DIGEST, read here without importing TVM.
+    here = Path(__file__).parent
+    for path in (CPU_POOL_SOURCE, here / "compute.py", here / "cpu_pairs.py",
+                 here / "rules" / "cpu.py", here / "cpu.py"):
+        sha.update(path.read_bytes())
+    sha.update((cpu_mcpu() or "").encode())
     return sha.digest()
 
 
@@ -258,7 +272,7 @@ def _choices(root: Path, config: OpConfig, index: dict[str, int]) -> tuple[list[
     return default, per_arch
 
 
-def generate_source(root: Path, manifest: dict, cpu_objects: dict[OpConfig, str],
+def generate_source(root: Path, manifest: dict, cpu_objects: dict[OpConfig, dict],
                     digest: str) -> tuple[str, list[_Skipped]]:
     """The translation unit for ``manifest`` (its fatbins are included with ``.incbin``)."""
     out: list[str] = ['#include "psa_native.h"', "", "namespace psa_native {", "",
@@ -341,12 +355,15 @@ def generate_source(root: Path, manifest: dict, cpu_objects: dict[OpConfig, str]
     out.append("}  // namespace psa_native")
     out.append('extern "C" {')
     for config in configs:
-        for pass_ in ("fwd", "bwd"):
-            if config in cpu_objects:
-                out.append(f"int __tvm_ffi_{_cpu_symbol(pass_, config)}(void*, const TVMFFIAny*,"
-                           " int32_t, TVMFFIAny*);")
+        for symbol in cpu_objects.get(config, {}).get("symbols", ()):
+            out.append(f"int __tvm_ffi_{_cpu_prefix(config)}{symbol}(void*, const TVMFFIAny*,"
+                       " int32_t, TVMFFIAny*);")
     out.append("}")
     out.append("namespace psa_native {")
+    for c_index, config in enumerate(configs):
+        if config in cpu_objects:
+            out.append(f"static const CpuSet psa_cpu_{c_index} = "
+                       f"{_cpu_set(config, cpu_objects[config])};")
     for c_index, config in enumerate(configs):
         default, per_arch = _choices(root, config, index)
         arch_table = f"psa_arch_{c_index}"
@@ -354,14 +371,16 @@ def generate_source(root: Path, manifest: dict, cpu_objects: dict[OpConfig, str]
             rows = ", ".join(f"{{{a}, {{{f}, {b}}}}}" for a, (f, b) in per_arch)
             out.append(f"static const ArchChoice {arch_table}[] = {{{rows}}};")
         code, bits = _DTYPES[config.dtype]
-        cpu = ", ".join(f"__tvm_ffi_{_cpu_symbol(p, config)}" if config in cpu_objects
-                        else "nullptr" for p in ("fwd", "bwd"))
+        cpu = f"&psa_cpu_{c_index}" if config in cpu_objects else "nullptr"
         config_lines.append(
             f"  {{{config.key_dim}, {config.num_heads}, {code}, {bits}, "
             f"{json.dumps(config.dtype)}, {{{default[0]}, {default[1]}}}, "
-            f"{arch_table if per_arch else 'nullptr'}, {len(per_arch)}, {{{cpu}}}}},")
+            f"{arch_table if per_arch else 'nullptr'}, {len(per_arch)}, {cpu}}},")
         info_configs.append({"key_dim": config.key_dim, "num_heads": config.num_heads,
                              "dtype": config.dtype, "cpu": config in cpu_objects,
+                             **({"cpu_kernels": {k: cpu_objects[config][k] for k in (
+                                 "forward_vec", "pairs_forward_vec", "pairs_backward",
+                                 "symbols")}} if config in cpu_objects else {}),
                              "builds": {"default": [builds[i][0]["source"] if i >= 0 else None
                                                     for i in default],
                                         **{f"sm_{a}": [builds[i][0]["source"] if i >= 0
@@ -381,23 +400,48 @@ def generate_source(root: Path, manifest: dict, cpu_objects: dict[OpConfig, str]
     return "\n".join(out) + "\n", skipped
 
 
-def _cpu_symbol(pass_: str, config: OpConfig) -> str:
-    return f"psa_cpu_{pass_}_{config.tag}"
+def _cpu_prefix(config: OpConfig) -> str:
+    """Prefix of ``config``'s CPU kernels in the native library (the run time's symbols follow)."""
+    return f"psa_native_{config.tag}_"
 
 
-def compile_cpu_object(configs: list[OpConfig], path: Path) -> None:
-    """The LLVM-built CPU kernels of ``configs`` as one object file (TVM needed here only)."""
+def _cpu_set(config: OpConfig, facts: dict) -> str:
+    """The ``CpuSet`` initializer of ``config`` (see psa_native.h)."""
+    def kernel(symbol: str | None) -> str:
+        if symbol is None:
+            return "{nullptr, nullptr}"
+        return f"{{__tvm_ffi_{_cpu_prefix(config)}{symbol}, {json.dumps(symbol)}}}"
+
+    fvec, pvec = facts["forward_vec"], facts["pairs_forward_vec"]
+    return (f"{{{kernel(FORWARD_SYMBOL)}, {kernel(BACKWARD_SYMBOL)}, {fvec}, "
+            f"{kernel(forward_vec_symbol(fvec) if fvec > 1 else None)}, {pvec}, "
+            f"{kernel(pairs_symbol('forward', pvec) if pvec else None)}, "
+            f"{'true' if facts['pairs_backward'] else 'false'}, "
+            f"{kernel(pairs_symbol('backward') if facts['pairs_backward'] else None)}}}")
+
+
+def compile_cpu_object(configs: list[OpConfig], path: Path) -> dict[OpConfig, dict]:
+    """The scheduled CPU kernels of ``configs`` (exactly those of the per-configuration CPU
+    library, :func:`psa_tvm.compiler.cpu.scheduled_cpu_kernels`, for the same target) as one
+    object file; returns per configuration the facts that choose among them and the run
+    time's symbols (TVM needed here only)."""
     import tvm
 
-    from psa_tvm.compiler.compute import merge_backward, merge_forward
+    from psa_tvm.compiler.cpu import cpu_target, scheduled_cpu_kernels
 
     funcs = {}
+    facts = {}
     for config in configs:
-        for pass_, compute in (("fwd", merge_forward), ("bwd", merge_backward)):
-            name = _cpu_symbol(pass_, config)
-            funcs[name] = compute(config, index_dtype="int64", name=name, align=config.itemsize)
-    executable = tvm.compile(tvm.IRModule(funcs), target="llvm")
+        prefix = _cpu_prefix(config)
+        kernels = scheduled_cpu_kernels(config, prefix)
+        funcs.update(kernels.funcs)
+        facts[config] = {"forward_vec": kernels.forward_vec,
+                         "pairs_forward_vec": kernels.pairs_forward_vec,
+                         "pairs_backward": kernels.pairs_backward,
+                         "symbols": sorted(name.removeprefix(prefix) for name in kernels.funcs)}
+    executable = tvm.compile(tvm.IRModule(funcs), target=cpu_target())
     executable.mod.write_to_file(str(path))
+    return facts
 
 
 def compile_library(source: str, out: Path, tools: Toolchain, objects: list[Path],
@@ -407,7 +451,8 @@ def compile_library(source: str, out: Path, tools: Toolchain, objects: list[Path
     cuda = tools.cuda_include is not None
     cmd = [tools.cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
            f"-I{TEMPLATE_DIR}", *(f"-I{p}" for p in tools.tvm_ffi_include),
-           f"-DPSA_NATIVE_CUDA={1 if cuda else 0}"]
+           f"-DPSA_NATIVE_CUDA={1 if cuda else 0}",
+           f"-DPSA_NATIVE_CPU_POOL={1 if CPU_POOL_SOURCE in objects else 0}", "-pthread"]
     if cuda:
         cmd.append(f"-I{tools.cuda_include}")
     cmd += [str(cc), *map(str, objects), "-o", str(out),
@@ -447,12 +492,13 @@ def write_native_library(root: str | os.PathLike, *, cpu: bool = True) -> Native
         with tempfile.TemporaryDirectory(prefix="psa_native_") as tmp:
             work = Path(tmp)
             objects: list[Path] = []
-            cpu_objects: dict[OpConfig, str] = {}
+            cpu_objects: dict[OpConfig, dict] = {}
             if cpu and configs:
                 try:
-                    compile_cpu_object(configs, work / "cpu.o")
-                    objects.append(work / "cpu.o")
-                    cpu_objects = {c: str(work / "cpu.o") for c in configs}
+                    cpu_objects = compile_cpu_object(configs, work / "cpu.o")
+                    # The kernels' parallel loops call through __TVMBackendParallelLaunch:
+                    # cpu_pool.cc fills it (tvm_ffi alone does not).
+                    objects += [work / "cpu.o", CPU_POOL_SOURCE]
                 except ImportError as err:
                     warnings.append(f"no CPU kernels in the native library: TVM is needed to "
                                     f"build them ({err})")

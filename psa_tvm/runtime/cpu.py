@@ -68,26 +68,71 @@ class CpuKernels:
 
     def forward(self, lo: Any, hi: Any, out5: Any, n: int) -> None:
         """``out5`` is the merged output viewed as ``[B, nh, 2, kd, N]``."""
-        pairs = 2 * self.library.pairs_forward_vec
-        if self.pairs_forward_fn is not None and n % pairs == 0:
-            words = [_as_words(t) for t in (lo, hi, out5)]
-            if all(w is not None for w in words):
-                self.pairs_forward_fn(*words, n // pairs)
-                return
-        vec = self.library.forward_vec
-        if self.forward_vec_fn is not None and n % vec == 0:
-            self.forward_vec_fn(lo, hi, out5, n // vec)
+        kind, _, arg, words = self._forward_plan(lo, hi, out5, n)
+        if kind == "pairs":
+            self.pairs_forward_fn(*words, arg)
+        elif kind == "vec":
+            self.forward_vec_fn(lo, hi, out5, arg)
         else:
-            self.forward_fn(lo, hi, out5, n)
+            self.forward_fn(lo, hi, out5, arg)
 
     def backward(self, g5: Any, d_lo: Any, d_hi: Any, n: int) -> None:
         """``g5`` is ``d_merged`` viewed as ``[B, nh, 2, kd, N]``."""
+        kind, _, arg, words = self._backward_plan(g5, d_lo, d_hi, n)
+        if kind == "pairs":
+            self.pairs_backward_fn(*words, arg)
+        else:
+            self.backward_fn(g5, d_lo, d_hi, arg)
+
+    def plan_forward(self, lo: Any, hi: Any, out5: Any, n: int) -> tuple[str, str, int]:
+        """``(kind, symbol, last argument)`` that :meth:`forward` would run."""
+        return self._forward_plan(lo, hi, out5, n)[:3]
+
+    def plan_backward(self, g5: Any, d_lo: Any, d_hi: Any, n: int) -> tuple[str, str, int]:
+        """``(kind, symbol, last argument)`` that :meth:`backward` would run."""
+        return self._backward_plan(g5, d_lo, d_hi, n)[:3]
+
+    def _forward_plan(self, lo: Any, hi: Any, out5: Any, n: int) -> tuple:
+        pairs_vec = self.library.pairs_forward_vec if self.pairs_forward_fn is not None else 0
+        words = None
+        if pairs_vec and n % (2 * pairs_vec) == 0:
+            words = _all_words((lo, hi, out5))
+        vec = self.library.forward_vec if self.forward_vec_fn is not None else 1
+        return (*forward_choice(vec, pairs_vec, n, words is not None), words)
+
+    def _backward_plan(self, g5: Any, d_lo: Any, d_hi: Any, n: int) -> tuple:
+        words = None
         if self.pairs_backward_fn is not None and n % 2 == 0:
-            words = [_as_words(t) for t in (g5, d_lo, d_hi)]
-            if all(w is not None for w in words):
-                self.pairs_backward_fn(*words, n // 2)
-                return
-        self.backward_fn(g5, d_lo, d_hi, n)
+            words = _all_words((g5, d_lo, d_hi))
+        return (*backward_choice(self.pairs_backward_fn is not None, n, words is not None),
+                words)
+
+
+def _all_words(tensors: tuple) -> list | None:
+    words = [_as_words(t) for t in tensors]
+    return words if all(w is not None for w in words) else None
+
+
+def forward_choice(forward_vec: int, pairs_forward_vec: int, n: int,
+                   words: bool) -> tuple[str, str, int]:
+    """``(kind, symbol, last argument)`` of the forward kernel for ``N = n``: ``"pairs"`` (16-bit
+    on 32-bit words: ``pairs_forward_vec > 0``, ``N % (2 * pairs_forward_vec) == 0`` and
+    ``words``, i.e. every tensor has an ``int32`` view: 4-byte aligned data), else ``"vec"``
+    (``forward_vec > 1`` and ``N % forward_vec == 0``), else ``"generic"``. The native library's
+    CPU path makes the same choice (``plan_cpu_forward``)."""
+    if pairs_forward_vec and n % (2 * pairs_forward_vec) == 0 and words:
+        return "pairs", pairs_symbol("forward", pairs_forward_vec), n // (2 * pairs_forward_vec)
+    if forward_vec > 1 and n % forward_vec == 0:
+        return "vec", forward_vec_symbol(forward_vec), n // forward_vec
+    return "generic", FORWARD_SYMBOL, n
+
+
+def backward_choice(pairs_backward: bool, n: int, words: bool) -> tuple[str, str, int]:
+    """As :func:`forward_choice` for the backward pass: ``"pairs"`` for even ``N`` with
+    ``int32`` views, else ``"generic"``."""
+    if pairs_backward and n % 2 == 0 and words:
+        return "pairs", pairs_symbol("backward"), n // 2
+    return "generic", BACKWARD_SYMBOL, n
 
 
 def _current(root: Path, config: OpConfig, definition: str | None) -> CpuLibrarySpec | None:

@@ -81,6 +81,25 @@ struct ArchChoice {
   int build[2];  // build index per pass, -1: none
 };
 
+// One LLVM-built CPU kernel: its function and the run time's symbol for it (psa_tvm.runtime.cpu).
+struct CpuKernel {
+  TVMFFISafeCallType fn;  // nullptr: not built
+  const char* symbol;
+};
+
+// The scheduled CPU kernels of one configuration (psa_tvm.compiler.cpu.scheduled_cpu_kernels);
+// the choice among them is psa_tvm.runtime.cpu.forward_choice / backward_choice.
+struct CpuSet {
+  CpuKernel forward;            // any N: (lo, hi, out5, N)
+  CpuKernel backward;           // any N: (g5, d_lo, d_hi, N)
+  int forward_vec;              // > 1: forward_vec_kernel for N % forward_vec == 0
+  CpuKernel forward_vec_kernel; // (lo, hi, out5, N / forward_vec)
+  int pairs_forward_vec;        // > 0: 16-bit on int32 words, N % (2 * pairs_forward_vec) == 0
+  CpuKernel pairs_forward;      // (lo32, hi32, out32, N / (2 * pairs_forward_vec))
+  bool pairs_backward_ok;       // 16-bit on int32 words, N even
+  CpuKernel pairs_backward;     // (g32, d_lo32, d_hi32, N / 2)
+};
+
 struct Config {
   int64_t key_dim;
   int64_t num_heads;
@@ -90,7 +109,7 @@ struct Config {
   int default_build[2];  // for GPUs without a tuned choice
   const ArchChoice* arch_choices;
   int num_arch_choices;
-  TVMFFISafeCallType cpu[2];  // LLVM-built CPU kernels (nullptr: none)
+  const CpuSet* cpu;  // LLVM-built CPU kernels (nullptr: none)
 };
 
 }  // namespace psa_native

@@ -664,16 +664,97 @@ inline ffi::Tensor Allocate(const int64_t* shape, int ndim, DLDataType dtype, DL
 }
 
 // ------------------------------------------------------------------ CPU
-inline void RunCpu(const Config& c, int pass, const Dims& d, const uintptr_t* ptrs) {
-  TVMFFISafeCallType fn = c.cpu[pass];
-  if (fn == nullptr) {
+#if PSA_NATIVE_CPU_POOL
+}  // namespace psa_native
+// cpu_pool.cc, linked in: puts its pool behind __TVMBackendParallelLaunch (the kernels'
+// parallel loops call through it). Its constructor does so at load unless a TVM runtime already
+// did; where TVM is imported its loader fills the pointer with TVM's pool after loading (half
+// the cores by default), so the first CPU call switches to ours, as psa_tvm.runtime.cpu does.
+extern "C" int __tvm_ffi_psa_tvm_own_pool(void*, const void*, int32_t, void*);
+extern "C" int psa_tvm_pool_serial(int on);
+namespace psa_native {
+inline void UseOwnPool() {
+  static std::once_flag once;
+  std::call_once(once, [] { __tvm_ffi_psa_tvm_own_pool(nullptr, nullptr, 0, nullptr); });
+}
+// Calls moving at most this many bytes (both sides) run on the calling thread: waking the
+// pool's workers costs more than the work (B=1, nh=4, kd=32, 2x2 float32: measured 1.1 us
+// inline vs 4-100 us through the pool on this 2-core host, depending on its load).
+constexpr int64_t kSerialBytes = 64 << 10;
+class SerialScope {
+ public:
+  explicit SerialScope(bool on) : previous_(on ? psa_tvm_pool_serial(1) : -1) {}
+  ~SerialScope() {
+    if (previous_ >= 0) psa_tvm_pool_serial(previous_);
+  }
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+
+ private:
+  int previous_;
+};
+#else
+inline void UseOwnPool() {}
+constexpr int64_t kSerialBytes = 0;
+struct SerialScope {
+  explicit SerialScope(bool) {}
+};
+#endif
+
+// The CPU kernel for a validated call: psa_tvm.runtime.cpu.forward_choice / backward_choice.
+// "pairs" (16-bit on int32 words) needs every data pointer 4-byte aligned (the int32 views of
+// the run time: same data, last dim halved) and N a multiple of 2 * pairs_forward_vec (forward)
+// or even (backward); else "vec" (forward, N % forward_vec == 0); else "generic".
+struct CpuChoice {
+  const CpuKernel* kernel = nullptr;
+  const char* kind = "generic";
+  bool words = false;  // int32 views
+  int64_t arg = 0;     // the kernel's last argument
+};
+
+inline const CpuSet& CpuKernelsOf(const Config& c) {
+  if (c.cpu == nullptr) {
     PSA_THROW_MISSING << "this psa-tvm native library has no CPU kernels for key_dim="
                       << c.key_dim << ", num_heads=" << c.num_heads << ", dtype "
                       << c.dtype_name;
   }
-  int64_t half[3] = {d.batch * d.num_heads, d.n, d.key_dim};
-  int64_t merged5[5] = {d.batch, d.num_heads, 2, d.key_dim, d.n};
-  const DLDataType dtype{c.dtype_code, c.dtype_bits, 1};
+  return *c.cpu;
+}
+
+inline CpuChoice ChooseCpu(const CpuSet& s, int pass, const Dims& d, const uintptr_t* ptrs) {
+  const int roles[2][3] = {{kLo, kHi, kOut}, {kG, kDlo, kDhi}};
+  bool aligned = d.key_dim % 2 == 0;
+  for (int r : roles[pass]) aligned = aligned && ptrs[r] % 4 == 0;
+  CpuChoice ch;
+  if (pass == kForward) {
+    const int64_t pairs = 2 * static_cast<int64_t>(s.pairs_forward_vec);
+    if (s.pairs_forward.fn != nullptr && pairs > 0 && d.n % pairs == 0 && aligned) {
+      ch.kernel = &s.pairs_forward, ch.kind = "pairs", ch.words = true, ch.arg = d.n / pairs;
+    } else if (s.forward_vec_kernel.fn != nullptr && s.forward_vec > 1 &&
+               d.n % s.forward_vec == 0) {
+      ch.kernel = &s.forward_vec_kernel, ch.kind = "vec", ch.arg = d.n / s.forward_vec;
+    } else {
+      ch.kernel = &s.forward, ch.arg = d.n;
+    }
+  } else {
+    if (s.pairs_backward_ok && s.pairs_backward.fn != nullptr && d.n % 2 == 0 && aligned) {
+      ch.kernel = &s.pairs_backward, ch.kind = "pairs", ch.words = true, ch.arg = d.n / 2;
+    } else {
+      ch.kernel = &s.backward, ch.arg = d.n;
+    }
+  }
+  return ch;
+}
+
+inline void RunCpu(const Config& c, int pass, const Dims& d, const uintptr_t* ptrs) {
+  const CpuChoice ch = ChooseCpu(CpuKernelsOf(c), pass, d, ptrs);
+  // The kernels' views: [B*nh, N, kd] and [B, nh, 2, kd, N]; as int32 words the last dims
+  // are halved (kd / 2 and N / 2), the data the same.
+  const int64_t w = ch.words ? 2 : 1;
+  int64_t half[3] = {d.batch * d.num_heads, d.n, d.key_dim / w};
+  int64_t merged5[5] = {d.batch, d.num_heads, 2, d.key_dim, d.n / w};
+  const DLDataType dtype = ch.words ? DLDataType{kDLInt, 32, 1}
+                                    : DLDataType{c.dtype_code, c.dtype_bits, 1};
   auto make = [&](uintptr_t p, int64_t* shape, int ndim) {
     DLTensor t{};
     t.data = reinterpret_cast<void*>(p);
@@ -701,12 +782,15 @@ inline void RunCpu(const Config& c, int pass, const Dims& d, const uintptr_t* pt
   }
   args[3].type_index = ffi::TypeIndex::kTVMFFIInt;
   args[3].zero_padding = 0;
-  args[3].v_int64 = d.n;
+  args[3].v_int64 = ch.arg;
   TVMFFIAny result;
   result.type_index = ffi::TypeIndex::kTVMFFINone;
   result.zero_padding = 0;
   result.v_int64 = 0;
-  TVM_FFI_CHECK_SAFE_CALL(fn(nullptr, args, 4, &result));
+  UseOwnPool();
+  const int64_t bytes = 2 * d.merged_numel * (c.dtype_bits / 8);  // read + written
+  SerialScope serial(bytes <= kSerialBytes);
+  TVM_FFI_CHECK_SAFE_CALL(ch.kernel->fn(nullptr, args, 4, &result));
 }
 
 // ------------------------------------------------------------------ one validated call
@@ -964,6 +1048,66 @@ inline ffi::Array<ffi::Any> PlanBackward(DLTensor* g_v, DLTensor* dlo_v,
   return Report(MakePlan(BuildFor(*c, kBackward, a), kBackward, d, g.itemsize, ptrs, present), ptrs);
 }
 
+// plan_cpu_forward(lo, hi, out) / plan_cpu_backward(d_merged, d_lo, d_hi): the CPU kernel a
+// call would run, without running it: [kind ("pairs", "vec", "generic"), the run time's
+// symbol (psa_tvm.runtime.cpu), its last argument]. The tensors' device is not checked (the
+// choice depends on shapes and alignment only).
+inline ffi::Array<ffi::Any> ReportCpu(const Config& c, int pass, const Dims& d,
+                                      const uintptr_t* ptrs) {
+  const CpuChoice ch = ChooseCpu(CpuKernelsOf(c), pass, d, ptrs);
+  ffi::Array<ffi::Any> out;
+  out.push_back(ffi::String(ch.kind));
+  out.push_back(ffi::String(ch.kernel->symbol));
+  out.push_back(ch.arg);
+  return out;
+}
+
+inline ffi::Array<ffi::Any> PlanCpuForward(DLTensor* lo_v, DLTensor* hi_v, DLTensor* out_v) {
+  const Arg lo = Describe("lo", lo_v), hi = Describe("hi", hi_v);
+  const Arg out = Describe("out", out_v);
+  CheckRank(lo, 3, "[B*num_heads, H*W, key_dim]");
+  if ((out.t->ndim != 4 && out.t->ndim != 3) || lo.t->shape[2] < 1 ||
+      lo.t->shape[2] > kMaxKeyDim ||
+      out.t->shape[1] % (2 * lo.t->shape[2]) || out.t->shape[1] == 0) {
+    TVM_FFI_THROW(ValueError) << "out: expected [B, 2*num_heads*key_dim, H, W], got shape "
+                              << ShapeStr(out.t->shape, out.t->ndim);
+  }
+  Dims d = CheckForwardInputs(lo, hi, out.t->shape[1] / (2 * lo.t->shape[2]), out.t->shape[2],
+                              out.t->ndim == 4 ? out.t->shape[3] : 1);
+  if (out.t->ndim == 3) {
+    d.merged_ndim = 3;
+    FinishDims(&d);
+  }
+  CheckForwardOutput(out, lo, hi, d);
+  const Config* c = FindConfig(d, lo.t->dtype, true);
+  const uintptr_t ptrs[kNumRoles] = {lo.ptr, hi.ptr, out.ptr, 0, 0, 0};
+  return ReportCpu(*c, kForward, d, ptrs);
+}
+
+inline ffi::Array<ffi::Any> PlanCpuBackward(DLTensor* g_v, DLTensor* dlo_v, DLTensor* dhi_v) {
+  const Arg g = Describe("d_merged", g_v);
+  const Arg dlo = Describe("d_lo", dlo_v);
+  const Arg dhi = Describe("d_hi", dhi_v);
+  CheckRank(dlo, 3, "[B*num_heads, H*W, key_dim]");
+  if ((g.t->ndim != 3 && g.t->ndim != 4) || dlo.t->shape[2] < 1 ||
+      dlo.t->shape[2] > kMaxKeyDim ||
+      g.t->shape[1] % (2 * dlo.t->shape[2]) || g.t->shape[1] == 0) {
+    TVM_FFI_THROW(ValueError) << "d_merged: expected [B, 2*num_heads*key_dim, H, W], got shape "
+                              << ShapeStr(g.t->shape, g.t->ndim);
+  }
+  const int64_t kd = dlo.t->shape[2];
+  const Dims d = CheckBackwardInput(g, g.t->shape[1] / (2 * kd), kd);
+  Arg outs[2] = {dlo, dhi};
+  for (auto& o : outs) {
+    CheckOutput(o, d.half, 3, g);
+    CheckNoOverlap(o, g);
+  }
+  CheckNoOverlap(outs[1], outs[0]);
+  const Config* c = FindConfig(d, g.t->dtype, true);
+  const uintptr_t ptrs[kNumRoles] = {0, 0, 0, g.ptr, dlo.ptr, dhi.ptr};
+  return ReportCpu(*c, kBackward, d, ptrs);
+}
+
 inline ffi::String LibraryInfo() { return ffi::String(kLibraryInfo); }
 
 }  // namespace psa_native
@@ -976,6 +1120,8 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(merge_backward_grads, psa_native::MergeBackwardGra
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(merge_backward_alloc, psa_native::MergeBackwardAlloc);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(plan_forward, psa_native::PlanForward);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(plan_backward, psa_native::PlanBackward);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(plan_cpu_forward, psa_native::PlanCpuForward);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(plan_cpu_backward, psa_native::PlanCpuBackward);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(library_info, psa_native::LibraryInfo);
 
 #endif  // PSA_NATIVE_IMPL_H_
