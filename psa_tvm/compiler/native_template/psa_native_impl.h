@@ -996,8 +996,15 @@ inline int ArchForReport(const Arg& first, const ffi::String& arch) {
   TVM_FFI_THROW(ValueError) << "arch: needed for tensors on " << DeviceStr(first.t->device);
 }
 
-inline ffi::Array<ffi::Any> PlanForward(DLTensor* lo_v, DLTensor* hi_v,
-                                        DLTensor* out_v, ffi::String arch) {
+// The tensors of a plan_* call, checked exactly as the call itself would check them.
+struct CheckedPlan {
+  Arg first;  // lo or d_merged: the tensor whose device and dtype pick the build
+  Dims d;
+  uintptr_t ptrs[kNumRoles];
+  bool present[kNumRoles];
+};
+
+inline CheckedPlan CheckPlanForward(DLTensor* lo_v, DLTensor* hi_v, DLTensor* out_v) {
   const Arg lo = Describe("lo", lo_v), hi = Describe("hi", hi_v);
   const Arg out = Describe("out", out_v);
   CheckRank(lo, 3, "[B*num_heads, H*W, key_dim]");
@@ -1014,15 +1021,10 @@ inline ffi::Array<ffi::Any> PlanForward(DLTensor* lo_v, DLTensor* hi_v,
     FinishDims(&d);
   }
   CheckForwardOutput(out, lo, hi, d);
-  const int a = ArchForReport(lo, arch);
-  const Config* c = FindConfig(d, lo.t->dtype, true);
-  const uintptr_t ptrs[kNumRoles] = {lo.ptr, hi.ptr, out.ptr, 0, 0, 0};
-  const bool present[kNumRoles] = {true, true, true, false, false, false};
-  return Report(MakePlan(BuildFor(*c, kForward, a), kForward, d, lo.itemsize, ptrs, present), ptrs);
+  return {lo, d, {lo.ptr, hi.ptr, out.ptr, 0, 0, 0}, {true, true, true, false, false, false}};
 }
 
-inline ffi::Array<ffi::Any> PlanBackward(DLTensor* g_v, DLTensor* dlo_v,
-                                         DLTensor* dhi_v, ffi::String arch) {
+inline CheckedPlan CheckPlanBackward(DLTensor* g_v, DLTensor* dlo_v, DLTensor* dhi_v) {
   const Arg g = Describe("d_merged", g_v);
   const Arg dlo = Describe("d_lo", dlo_v);
   const Arg dhi = Describe("d_hi", dhi_v);
@@ -1041,20 +1043,33 @@ inline ffi::Array<ffi::Any> PlanBackward(DLTensor* g_v, DLTensor* dlo_v,
     CheckNoOverlap(o, g);
   }
   CheckNoOverlap(outs[1], outs[0]);
-  const int a = ArchForReport(g, arch);
-  const Config* c = FindConfig(d, g.t->dtype, true);
-  const uintptr_t ptrs[kNumRoles] = {0, 0, 0, g.ptr, dlo.ptr, dhi.ptr};
-  const bool present[kNumRoles] = {false, false, false, true, true, true};
-  return Report(MakePlan(BuildFor(*c, kBackward, a), kBackward, d, g.itemsize, ptrs, present), ptrs);
+  return {g, d, {0, 0, 0, g.ptr, dlo.ptr, dhi.ptr}, {false, false, false, true, true, true}};
+}
+
+inline ffi::Array<ffi::Any> ReportGpu(const CheckedPlan& p, int pass, const ffi::String& arch) {
+  const int a = ArchForReport(p.first, arch);
+  const Config* c = FindConfig(p.d, p.first.t->dtype, true);
+  return Report(MakePlan(BuildFor(*c, pass, a), pass, p.d, p.first.itemsize, p.ptrs, p.present),
+                p.ptrs);
+}
+
+inline ffi::Array<ffi::Any> PlanForward(DLTensor* lo_v, DLTensor* hi_v,
+                                        DLTensor* out_v, ffi::String arch) {
+  return ReportGpu(CheckPlanForward(lo_v, hi_v, out_v), kForward, arch);
+}
+
+inline ffi::Array<ffi::Any> PlanBackward(DLTensor* g_v, DLTensor* dlo_v,
+                                         DLTensor* dhi_v, ffi::String arch) {
+  return ReportGpu(CheckPlanBackward(g_v, dlo_v, dhi_v), kBackward, arch);
 }
 
 // plan_cpu_forward(lo, hi, out) / plan_cpu_backward(d_merged, d_lo, d_hi): the CPU kernel a
 // call would run, without running it: [kind ("pairs", "vec", "generic"), the run time's
 // symbol (psa_tvm.runtime.cpu), its last argument]. The tensors' device is not checked (the
 // choice depends on shapes and alignment only).
-inline ffi::Array<ffi::Any> ReportCpu(const Config& c, int pass, const Dims& d,
-                                      const uintptr_t* ptrs) {
-  const CpuChoice ch = ChooseCpu(CpuKernelsOf(c), pass, d, ptrs);
+inline ffi::Array<ffi::Any> ReportCpu(const CheckedPlan& p, int pass) {
+  const Config* c = FindConfig(p.d, p.first.t->dtype, true);
+  const CpuChoice ch = ChooseCpu(CpuKernelsOf(*c), pass, p.d, p.ptrs);
   ffi::Array<ffi::Any> out;
   out.push_back(ffi::String(ch.kind));
   out.push_back(ffi::String(ch.kernel->symbol));
@@ -1063,49 +1078,11 @@ inline ffi::Array<ffi::Any> ReportCpu(const Config& c, int pass, const Dims& d,
 }
 
 inline ffi::Array<ffi::Any> PlanCpuForward(DLTensor* lo_v, DLTensor* hi_v, DLTensor* out_v) {
-  const Arg lo = Describe("lo", lo_v), hi = Describe("hi", hi_v);
-  const Arg out = Describe("out", out_v);
-  CheckRank(lo, 3, "[B*num_heads, H*W, key_dim]");
-  if ((out.t->ndim != 4 && out.t->ndim != 3) || lo.t->shape[2] < 1 ||
-      lo.t->shape[2] > kMaxKeyDim ||
-      out.t->shape[1] % (2 * lo.t->shape[2]) || out.t->shape[1] == 0) {
-    TVM_FFI_THROW(ValueError) << "out: expected [B, 2*num_heads*key_dim, H, W], got shape "
-                              << ShapeStr(out.t->shape, out.t->ndim);
-  }
-  Dims d = CheckForwardInputs(lo, hi, out.t->shape[1] / (2 * lo.t->shape[2]), out.t->shape[2],
-                              out.t->ndim == 4 ? out.t->shape[3] : 1);
-  if (out.t->ndim == 3) {
-    d.merged_ndim = 3;
-    FinishDims(&d);
-  }
-  CheckForwardOutput(out, lo, hi, d);
-  const Config* c = FindConfig(d, lo.t->dtype, true);
-  const uintptr_t ptrs[kNumRoles] = {lo.ptr, hi.ptr, out.ptr, 0, 0, 0};
-  return ReportCpu(*c, kForward, d, ptrs);
+  return ReportCpu(CheckPlanForward(lo_v, hi_v, out_v), kForward);
 }
 
 inline ffi::Array<ffi::Any> PlanCpuBackward(DLTensor* g_v, DLTensor* dlo_v, DLTensor* dhi_v) {
-  const Arg g = Describe("d_merged", g_v);
-  const Arg dlo = Describe("d_lo", dlo_v);
-  const Arg dhi = Describe("d_hi", dhi_v);
-  CheckRank(dlo, 3, "[B*num_heads, H*W, key_dim]");
-  if ((g.t->ndim != 3 && g.t->ndim != 4) || dlo.t->shape[2] < 1 ||
-      dlo.t->shape[2] > kMaxKeyDim ||
-      g.t->shape[1] % (2 * dlo.t->shape[2]) || g.t->shape[1] == 0) {
-    TVM_FFI_THROW(ValueError) << "d_merged: expected [B, 2*num_heads*key_dim, H, W], got shape "
-                              << ShapeStr(g.t->shape, g.t->ndim);
-  }
-  const int64_t kd = dlo.t->shape[2];
-  const Dims d = CheckBackwardInput(g, g.t->shape[1] / (2 * kd), kd);
-  Arg outs[2] = {dlo, dhi};
-  for (auto& o : outs) {
-    CheckOutput(o, d.half, 3, g);
-    CheckNoOverlap(o, g);
-  }
-  CheckNoOverlap(outs[1], outs[0]);
-  const Config* c = FindConfig(d, g.t->dtype, true);
-  const uintptr_t ptrs[kNumRoles] = {0, 0, 0, g.ptr, dlo.ptr, dhi.ptr};
-  return ReportCpu(*c, kBackward, d, ptrs);
+  return ReportCpu(CheckPlanBackward(g_v, dlo_v, dhi_v), kBackward);
 }
 
 inline ffi::String LibraryInfo() { return ffi::String(kLibraryInfo); }
