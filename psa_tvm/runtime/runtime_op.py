@@ -27,7 +27,7 @@ from psa_tvm.runtime.plan import (
     make_plan,
     pointer_alignment,
 )
-from psa_tvm.runtime.protocol import ArgVisitor, NoLearnedParams, RecordingVisitor
+from psa_tvm.runtime.protocol import ArgVisitor, RecordingVisitor, SingleLaunchSurface
 from psa_tvm.runtime.tensors import CUDA, TensorInfo, tensor_info
 from psa_tvm.runtime.tuned import DEFAULT_SCHEDULE, tuned_entry
 from psa_tvm.runtime.validation import (
@@ -51,7 +51,7 @@ def _as_shape_or_info(obj: object, name: str) -> TensorInfo:
     return tensor_info(obj, name)
 
 
-class PsaMergeAttnRuntimeOp(NoLearnedParams):
+class PsaMergeAttnRuntimeOp(SingleLaunchSurface):
     """The PSA attention-merge op: grid, block and packed arguments for prebuilt kernels.
 
     ``key_dim``, ``num_heads`` and ``dtype`` fix the build. ``schedule`` names the schedule rule
@@ -142,67 +142,6 @@ class PsaMergeAttnRuntimeOp(NoLearnedParams):
         """Elements between consecutive channel rows of ``d_merged``: ``N = H*W``."""
         shape = list(grad_output_shape)
         return shape[2] * (shape[3] if len(shape) == 4 else 1)
-
-    def block(self, inputs: Sequence[Any]) -> tuple[int, int, int]:
-        """Forward thread-block dimensions for ``inputs = [lo, hi]``."""
-        return self.plan_forward(inputs).block
-
-    def grid(self, inputs: Sequence[Any]) -> tuple[int, int, int]:
-        """Forward grid dimensions for ``inputs = [lo, hi]``."""
-        return self.plan_forward(inputs).grid
-
-    def pack_args(self, inputs: Sequence[Any], output: Any, visitor: ArgVisitor) -> None:
-        """Visit the forward kernel's arguments in its parameter order: the data pointers of
-        ``lo``, ``hi`` and ``output`` (as the kernel orders them) and the symbols ``B``, ``NV``."""
-        self.plan_forward(inputs, output).visit(visitor)
-
-    def has_backward(self) -> bool:
-        """The op is differentiable: the backward kernel is the inverse gather."""
-        return True
-
-    def backward_block(self, grad_output: Any) -> tuple[int, int, int]:
-        """Backward thread-block dimensions for ``d_merged`` (tensor, pair or shape)."""
-        return self.plan_backward(grad_output).block
-
-    def backward_grid(self, grad_output: Any) -> tuple[int, int, int]:
-        """Backward grid dimensions for ``d_merged``."""
-        return self.plan_backward(grad_output).grid
-
-    def pack_backward_args(self, grad_output: Any, grad_inputs: Sequence[Any],
-                           visitor: ArgVisitor) -> None:
-        """Visit the backward kernel's arguments: pointers of ``d_merged``, ``d_lo``, ``d_hi``
-        (in kernel order) and the symbols ``B``, ``NV``."""
-        self.plan_backward(grad_output, grad_inputs).visit(visitor)
-
-    def n_launches(self) -> int:
-        """The forward pass is one launch."""
-        return 1
-
-    def pack_args_for_launch(self, launch: int, inputs: Sequence[Any], output: Any,
-                             visitor: ArgVisitor) -> None:
-        """:meth:`pack_args` for launch ``launch`` (only 0 exists)."""
-        _check_launch(launch, self.n_launches())
-        self.pack_args(inputs, output, visitor)
-
-    def grid_for_launch(self, launch: int, inputs: Sequence[Any]) -> tuple[int, int, int]:
-        """:meth:`grid` for launch ``launch`` (only 0 exists)."""
-        _check_launch(launch, self.n_launches())
-        return self.grid(inputs)
-
-    def n_backward_launches(self) -> int:
-        """The backward pass is one launch."""
-        return 1
-
-    def pack_backward_args_for_launch(self, launch: int, grad_output: Any,
-                                      grad_inputs: Sequence[Any], visitor: ArgVisitor) -> None:
-        """:meth:`pack_backward_args` for launch ``launch`` (only 0 exists)."""
-        _check_launch(launch, self.n_backward_launches())
-        self.pack_backward_args(grad_output, grad_inputs, visitor)
-
-    def backward_grid_for_launch(self, launch: int, grad_output: Any) -> tuple[int, int, int]:
-        """:meth:`backward_grid` for launch ``launch`` (only 0 exists)."""
-        _check_launch(launch, self.n_backward_launches())
-        return self.backward_grid(grad_output)
 
     # ----------------------------------------------------------------- planning
     def plan_forward(self, inputs: Sequence[Any], output: Any = None,
@@ -321,11 +260,6 @@ def _three(shape: Sequence[int], name: str) -> tuple[int, int, int]:
 
 def _placeholder(shape: tuple[int, ...]) -> TensorInfo:
     return TensorInfo(ptr=0, shape=shape, strides=None, dtype=None, device=None)
-
-
-def _check_launch(launch: int, count: int) -> None:
-    if not 0 <= launch < count:
-        raise ValueError(f"launch: expected an index in [0, {count}), got {launch}")
 
 
 def _detect_arch() -> str:

@@ -29,7 +29,7 @@ from psa_tvm.runtime.plan import (
     main_variant,
     pointer_alignment,
 )
-from psa_tvm.runtime.protocol import ArgVisitor, NoLearnedParams
+from psa_tvm.runtime.protocol import SingleLaunchSurface
 from psa_tvm.runtime.tensors import CUDA, TensorInfo, tensor_info
 from psa_tvm.runtime.tuned import DEFAULT_SCHEDULE
 from psa_tvm.runtime.validation import check_count, check_dtype, check_no_overlap
@@ -169,7 +169,7 @@ def _shape_or_info(obj: object, name: str, dtype: str) -> TensorInfo:
     return info
 
 
-class PsaPackQkvRuntimeOp(NoLearnedParams):
+class PsaPackQkvRuntimeOp(SingleLaunchSurface):
     """The pack as a RuntimeOp with the seed's surface.
 
     Forward: ``qkv [B, 4*nh*kd, H, W]`` (the ``qkv`` conv's output) -> ``packed [B, H*W, nh,
@@ -250,54 +250,6 @@ class PsaPackQkvRuntimeOp(NoLearnedParams):
     def backward_grad_output_row_stride(self, grad_output_shape: Sequence[int]) -> int:
         return self.config.num_heads * 4 * self.config.key_dim
 
-    def block(self, inputs: Sequence[Any]) -> tuple[int, int, int]:
-        return self.plan_forward(inputs).block
-
-    def grid(self, inputs: Sequence[Any]) -> tuple[int, int, int]:
-        return self.plan_forward(inputs).grid
-
-    def pack_args(self, inputs: Sequence[Any], output: Any, visitor: ArgVisitor) -> None:
-        """Visit the kernel's arguments: pointers of ``qkv`` (``g``) and the output
-        (``split``) in kernel order, then the symbols ``B``, ``NV``."""
-        self.plan_forward(inputs, output).visit(visitor)
-
-    def has_backward(self) -> bool:
-        return True
-
-    def backward_block(self, grad_output: Any) -> tuple[int, int, int]:
-        return self.plan_backward(grad_output).block
-
-    def backward_grid(self, grad_output: Any) -> tuple[int, int, int]:
-        return self.plan_backward(grad_output).grid
-
-    def pack_backward_args(self, grad_output: Any, grad_inputs: Sequence[Any],
-                           visitor: ArgVisitor) -> None:
-        self.plan_backward(grad_output, grad_inputs).visit(visitor)
-
-    def n_launches(self) -> int:
-        return 1
-
-    def n_backward_launches(self) -> int:
-        return 1
-
-    def pack_args_for_launch(self, launch: int, inputs: Sequence[Any], output: Any,
-                             visitor: ArgVisitor) -> None:
-        _check_launch(launch)
-        self.pack_args(inputs, output, visitor)
-
-    def grid_for_launch(self, launch: int, inputs: Sequence[Any]) -> tuple[int, int, int]:
-        _check_launch(launch)
-        return self.grid(inputs)
-
-    def pack_backward_args_for_launch(self, launch: int, grad_output: Any,
-                                      grad_inputs: Sequence[Any], visitor: ArgVisitor) -> None:
-        _check_launch(launch)
-        self.pack_backward_args(grad_output, grad_inputs, visitor)
-
-    def backward_grid_for_launch(self, launch: int, grad_output: Any) -> tuple[int, int, int]:
-        _check_launch(launch)
-        return self.backward_grid(grad_output)
-
     def launch_forward(self, qkv: Any, packed: Any, stream: int = 0) -> None:
         dims = self._qkv_dims(tensor_info(qkv, "qkv").shape)
         self.stream.launch("backward", {SCATTER_INPUT: qkv, SCATTER_OUTPUT: packed},
@@ -307,8 +259,3 @@ class PsaPackQkvRuntimeOp(NoLearnedParams):
         dims = self._packed_dims(tensor_info(d_packed, "d_packed").shape)
         self.stream.launch("forward", {"p": d_packed, GATHER_OUTPUT: d_qkv},
                            dims.batch, dims.n, stream)
-
-
-def _check_launch(launch: int) -> None:
-    if launch != 0:
-        raise ValueError(f"launch: expected an index in [0, 1), got {launch}")
