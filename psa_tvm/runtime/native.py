@@ -48,8 +48,6 @@ class NativeLibrary:
 
     def info(self) -> dict:
         """What the library holds: configurations, the build per pass and arch, CPU kernels."""
-        import json
-
         return json.loads(self.module["library_info"]())
 
 
