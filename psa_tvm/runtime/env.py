@@ -9,7 +9,8 @@ Nothing else in the package reads ``os.environ``: a reader of this module sees e
 | ``PSA_TVM_SCHEDULES`` | a tuned-table directory searched before the shipped one |
 | ``PSA_TVM_NVCC`` | the ``nvcc`` to compile with (else ``$CUDA_HOME/bin/nvcc``, then ``PATH``) |
 | ``PSA_TVM_NATIVE`` | ``0`` runs the Python launcher instead of the native library |
-| ``PSA_TVM_CPU_THREADS`` | threads of the CPU libraries' own pool (read in C++, ``compiler/cpu_pool.cc``; then ``TVM_NUM_THREADS``, ``OMP_NUM_THREADS``; default: all cores) |
+| ``PSA_TVM_CPU_THREADS`` | CPU pool threads (read by ``compiler/cpu_pool.cc``, then |
+| | ``TVM_NUM_THREADS``, ``OMP_NUM_THREADS``; default: all cores) |
 | ``PSA_TVM_CPU_MCPU`` | LLVM ``-mcpu`` of CPU builds (default: x86-64-v3 on x86-64) |
 | ``CXX`` | the C++ compiler that builds the native library (else ``g++``, then ``c++``) |
 | ``CUDA_HOME``, ``CUDA_PATH`` | CUDA roots: nvcc, headers for NVRTC and the native library |
