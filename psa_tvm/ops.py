@@ -37,7 +37,7 @@ def merge(lo: Any, hi: Any, num_heads: int, H: int, W: int, *, out: Any = None) 
     ``merged[b, h*2kd + d, n] = lo[b*nh + h, n, d]`` and ``merged[b, h*2kd + kd + d, n] =
     hi[b*nh + h, n, d]``. Returns ``out`` (allocated when not given).
     """
-    native = _NATIVE or _load_native()
+    native = _NATIVE if _NATIVE is not None else _load_native()
     if native:  # the artifact directory's native library: validation and launch in C++
         try:
             result = native.merge(lo, hi, num_heads, H, W, out)
@@ -83,7 +83,7 @@ def merge(lo: Any, hi: Any, num_heads: int, H: int, W: int, *, out: Any = None) 
 def merge_backward(d_merged: Any, num_heads: int, key_dim: int, *, d_lo: Any = None,
                    d_hi: Any = None) -> tuple[Any, Any]:
     """The inverse gather: ``d_merged [B, c, H, W]`` -> ``(d_lo, d_hi)``, ``[B*nh, H*W, kd]``."""
-    native = _NATIVE or _load_native()
+    native = _NATIVE if _NATIVE is not None else _load_native()
     if native:
         try:
             result = native.merge_backward_grads(d_merged, num_heads, key_dim, d_lo, d_hi)
