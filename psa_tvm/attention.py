@@ -32,7 +32,9 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
-from psa_tvm.layouts import GATHER_OUTPUT, SCATTER_INPUT, SCATTER_OUTPUT
+from psa_tvm import ops
+from psa_tvm.layouts import GATHER_OUTPUT, STREAM_OPS
+from psa_tvm.runtime import native as native_rt
 
 __all__ = ["BACKENDS", "merge_heads", "merge_heads2", "psa_attention", "resolve_backend",
            "split_heads"]
@@ -80,6 +82,34 @@ def _runtime(op: str, key_dim: int, num_heads: int, dtype: str):
     return PsaStreamRuntimeOp(op, key_dim, num_heads, dtype)
 
 
+_PASSES = ("forward", "backward")
+# (library, op, key_dim, num_heads, dtype) the native library has no build for: the Python
+# launcher runs those without asking the library again.
+_NATIVE_LACKS: set[tuple] = set()
+
+
+def _launch(op: str, pass_: int, tensors: tuple[torch.Tensor, ...], batch: int, n: int,
+            num_heads: int, key_dim: int) -> None:
+    """Run one layout kernel; ``tensors`` in ``STREAM_OPS[op].tensor_names`` order (inputs,
+    then the output). Through the artifact directory's native library when it has the build
+    (one C++ call: checks, choice, launch on torch's current stream), else the Python launcher
+    (which may build on demand)."""
+    native = ops._NATIVE if ops._NATIVE is not None else ops._load_native()
+    if native and native.stream_run is not None:
+        index = native.stream_ops.get(op)
+        key = (native.path, op, key_dim, num_heads, tensors[0].dtype)
+        if index is not None and key not in _NATIVE_LACKS:
+            try:
+                native.stream_run(index, pass_, batch, n, num_heads, key_dim, *tensors)
+                return
+            except native_rt.NativeArtifactNotFound:
+                _NATIVE_LACKS.add(key)
+    name = _PASSES[pass_]
+    _runtime(op, key_dim, num_heads, _dtype(tensors[0])).launch(
+        name, dict(zip(STREAM_OPS[op].tensor_names(name), tensors, strict=True)), batch, n,
+        _stream(tensors[0]))
+
+
 def _dtype(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
@@ -104,8 +134,7 @@ def _split_heads_cuda(x, num_heads, key_dim):
     streams = _streams_of(x, num_heads, key_dim)
     b, _, h, w = x.shape
     out = x.new_empty((b, h * w, num_heads, streams * key_dim))
-    _runtime(_SPLIT_OPS[streams], key_dim, num_heads, _dtype(x)).launch(
-        "backward", {SCATTER_INPUT: x, SCATTER_OUTPUT: out}, b, h * w, _stream(x))
+    _launch(_SPLIT_OPS[streams], 1, (x, out), b, h * w, num_heads, key_dim)
     return out
 
 
@@ -120,9 +149,7 @@ def _merge_heads_cuda(p, key_dim, height, width):
     streams = _check_heads("p", p, key_dim, height, width)
     b, n, nh, _ = p.shape
     out = p.new_empty((b, nh * streams * key_dim, height, width))
-    op = _SPLIT_OPS[streams]
-    _runtime(op, key_dim, nh, _dtype(p)).launch(
-        "forward", {"p" if op == "qkv" else "o": p, GATHER_OUTPUT: out}, b, n, _stream(p))
+    _launch(_SPLIT_OPS[streams], 0, (p, out), b, n, nh, key_dim)
     return out
 
 
@@ -135,8 +162,7 @@ def _merge_heads2_cuda(lo, hi, height, width):
     _check_pair(lo, hi, height, width)
     b, n, nh, kd = lo.shape
     out = lo.new_empty((b, 2 * nh * kd, height, width))
-    _runtime("attn_flash", kd, nh, _dtype(lo)).launch(
-        "forward", {"lo": lo, "hi": hi, GATHER_OUTPUT: out}, b, n, _stream(lo))
+    _launch("attn_flash", 0, (lo, hi, out), b, n, nh, kd)
     return out
 
 
@@ -150,8 +176,7 @@ def _split_heads2_cuda(x, num_heads, key_dim):
     _check_split2(x, num_heads, key_dim)
     b, _, h, w = x.shape
     out = x.new_empty((2, b, h * w, num_heads, key_dim))
-    _runtime("attn_flash", key_dim, num_heads, _dtype(x)).launch(
-        "backward", {SCATTER_INPUT: x, SCATTER_OUTPUT: out}, b, h * w, _stream(x))
+    _launch("attn_flash", 1, (x, out), b, h * w, num_heads, key_dim)
     return out
 
 
@@ -200,8 +225,9 @@ def _qkv_grad_cuda(grads, backend, height, width):
     out = grads[0].new_empty((b, 4 * nh * kd, height, width))
     tensors = dict(zip(names, grads, strict=True))
     tensors[GATHER_OUTPUT] = out
-    _runtime(_GRAD_OPS[backend][0], kd, nh, _dtype(out)).launch(
-        "forward", tensors, b, n, _stream(out))
+    op = _GRAD_OPS[backend][0]
+    _launch(op, 0, tuple(tensors[t] for t in STREAM_OPS[op].tensor_names("forward")), b, n, nh,
+            kd)
     return out
 
 

@@ -83,3 +83,21 @@ def _isolated_cache(tmp_path_factory, monkeypatch) -> None:
     """On-demand builds go to one per-session cache; never the user's."""
     if "PSA_TVM_CACHE" not in os.environ:
         monkeypatch.setenv("PSA_TVM_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+#: What ``attention_artifacts`` holds: every layout-family op of this configuration (tiled).
+ATTENTION_CONFIG = OpConfig(32, 4, "float16")
+
+
+@pytest.fixture(scope="session")
+def attention_artifacts(tmp_path_factory) -> Path:
+    """sm_90 builds of every layout-family op (:mod:`psa_tvm.layouts`) for ``ATTENTION_CONFIG``,
+    and their native library when a C++ compiler is here."""
+    pytest.importorskip("tvm")
+    from psa_tvm.compiler.artifact import BuildRequest, build_artifacts
+    from psa_tvm.layouts import STREAM_OPS
+
+    out = tmp_path_factory.mktemp("attention_artifacts")
+    build_artifacts([BuildRequest(ATTENTION_CONFIG, "tiled", op=op) for op in STREAM_OPS], out,
+                    ["sm_90"])
+    return out

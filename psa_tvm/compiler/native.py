@@ -32,6 +32,13 @@ from typing import Any, ClassVar
 
 from psa_tvm.config import OpConfig
 from psa_tvm.errors import ArtifactNotFoundError
+from psa_tvm.layouts import (
+    GATHER_OUTPUT,
+    SCATTER_INPUT,
+    SCATTER_OUTPUT,
+    STREAM_OPS,
+    StreamOp,
+)
 from psa_tvm.runtime.cpu import (
     BACKWARD_SYMBOL,
     FORWARD_SYMBOL,
@@ -46,6 +53,8 @@ TEMPLATE_DIR = Path(__file__).with_name("native_template")
 CPU_POOL_SOURCE = Path(__file__).with_name("cpu_pool.cc")
 _ROLES = {"lo": "kLo", "hi": "kHi", "out": "kOut", "g": "kG", "dlo": "kDlo", "dhi": "kDhi"}
 _ROLE_RANK = {"lo": 3, "hi": 3, "dlo": 3, "dhi": 3, "out": 5, "g": 5}
+_MERGE_ROLES = {p: {name: (role, _ROLE_RANK[name]) for name, role in _ROLES.items()}
+                for p in ("forward", "backward")}
 _PASSES = {"forward": "kForward", "backward": "kBackward"}
 _KINDS = {"ptr": "kPtr", "int32": "kI32", "int64": "kI64"}
 _DTYPES = {"float32": (2, 32), "float16": (2, 16), "bfloat16": (4, 16)}  # DLPack code, bits
@@ -70,6 +79,8 @@ def _generator_digest() -> bytes:
     for path in (CPU_POOL_SOURCE, here / "compute.py", here / "cpu_pairs.py",
                  here / "rules" / "cpu.py", here / "cpu.py"):
         sha.update(path.read_bytes())
+    # The layout family's tensor lists and kernel views (the stream tables are built from them).
+    sha.update((here.parent / "layouts.py").read_bytes())
     sha.update((cpu_mcpu() or "").encode())
     return sha.digest()
 
@@ -193,8 +204,12 @@ class _Skipped:
     reason: str
 
 
-def _kernel_record(k: dict, index: int, build_index: int) -> tuple[str, str]:
-    """(dims function, Kernel initializer) for one manifest kernel record."""
+def _kernel_record(k: dict, index: int, build_index: int,
+                   roles: dict[str, dict[str, tuple[str, int]]] | None = None
+                   ) -> tuple[str, str]:
+    """(dims function, Kernel initializer) for one manifest kernel record. ``roles``: per pass,
+    tensor name -> (C++ index, rank of the kernels' view); default the merge's ``Role``s."""
+    roles_of = (roles or _MERGE_ROLES)[k["pass"]]
     symbols = list(k["symbols"])
     if len(symbols) > _MAX_SYMBOLS or len(k["params"]) > _MAX_PARAMS:
         raise ValueError("too many parameters or symbols")
@@ -207,9 +222,9 @@ def _kernel_record(k: dict, index: int, build_index: int) -> tuple[str, str]:
     for p in k["params"]:
         kind = _KINDS[p["type"]]
         if p["type"] == "ptr":
-            if p.get("tensor") not in _ROLES:
+            if p.get("tensor") not in roles_of:
                 raise ValueError(f"parameter {p['name']} names unknown tensor {p.get('tensor')!r}")
-            index_ = _ROLES[p["tensor"]]
+            index_ = roles_of[p["tensor"]][0]
         else:
             if p.get("symbol") not in sym_index:
                 raise ValueError(f"parameter {p['name']} names unknown symbol {p.get('symbol')!r}")
@@ -218,11 +233,11 @@ def _kernel_record(k: dict, index: int, build_index: int) -> tuple[str, str]:
     syms = []
     for name in symbols:
         b = k["symbols"][name]
-        if b["tensor"] not in _ROLES or not 0 <= b["axis"] < _ROLE_RANK[b["tensor"]]:
+        if b["tensor"] not in roles_of or not 0 <= b["axis"] < roles_of[b["tensor"]][1]:
             raise ValueError(f"symbol {name} binds to {b['tensor']}[{b['axis']}]")
         if int(b["divisor"]) < 1:
             raise ValueError(f"symbol {name} has divisor {b['divisor']}")
-        syms.append(f"{{{json.dumps(name)}, {_ROLES[b['tensor']]}, {b['axis']}, "
+        syms.append(f"{{{json.dumps(name)}, {roles_of[b['tensor']][0]}, {b['axis']}, "
                     f"{int(b['divisor'])}}}")
     vec = int(k["vec"])
     vec_kd = int(k.get("vec_kd", vec))
@@ -295,11 +310,16 @@ def generate_source(root: Path, manifest: dict, cpu_objects: dict[OpConfig, dict
         elif build["dtype"] not in _DTYPES:
             reason = f"dtype {build['dtype']}"
         records = []
+        op = build.get("op", "merge")
+        if reason is None and op != "merge" and op not in STREAM_OPS:
+            reason = f"op {op!r} is not one this psa-tvm knows"
         if reason is None:
             try:
+                roles = None if op == "merge" else _stream_roles(build)
                 kernels = sorted(build["kernels"], key=lambda k: (
                     k["pass"], k["index_dtype"], -int(k.get("vec_kd", k["vec"])), -int(k["vec"])))
-                records = [_kernel_record(k, i, len(builds)) for i, k in enumerate(kernels)]
+                records = [_kernel_record(k, i, len(builds), roles)
+                           for i, k in enumerate(kernels)]
             except (KeyError, ValueError) as err:
                 reason = f"kernel table: {err}"
         if reason is None and not all((root / b["path"]).is_file() for b in build["binaries"]):
@@ -347,8 +367,11 @@ def generate_source(root: Path, manifest: dict, cpu_objects: dict[OpConfig, dict
 
     # Configurations: the union of the manifest's and the CPU kernels'.
     index = {b["source"]: i for i, (b, _, _) in enumerate(builds)}
+    stream_lines, stream_keys = _stream_tables(root, [b for b, _, _ in builds], index)
+    out.extend(stream_lines)
     configs = sorted({OpConfig(b["key_dim"], b["num_heads"], b["dtype"])
-                      for b in manifest["builds"]} | set(cpu_objects),
+                      for b in manifest["builds"] if b.get("op", "merge") == "merge"}
+                     | set(cpu_objects),
                      key=lambda c: (c.key_dim, c.num_heads, c.dtype))
     info_configs = []
     config_lines = []
@@ -391,13 +414,94 @@ def generate_source(root: Path, manifest: dict, cpu_objects: dict[OpConfig, dict
     out.append("};")
     out.append(f"extern const int kNumConfigs = {len(configs)};")
     out.append(f'extern const char kManifestDigest[] = "{digest}";')
-    info = {"manifest_digest": digest, "configs": info_configs,
+    info = {"manifest_digest": digest, "configs": info_configs, "stream_ops": list(STREAM_OPS),
+            "stream_configs": [list(key) for key in stream_keys],
             "skipped": [{"source": s.source, "reason": s.reason} for s in skipped]}
     out.append(f"extern const char kLibraryInfo[] = {json.dumps(json.dumps(info))};")
     out.append("}  // namespace psa_native")
     out.append("")
     out.append('#include "psa_native_impl.h"')
+    out.append('#include "psa_native_stream.h"')
     return "\n".join(out) + "\n", skipped
+
+
+# ----------------------------------------------------------------------------- layout family
+_SENTINEL_B, _SENTINEL_N = 1_000_003, 1_000_033  # primes no configuration constant equals
+
+
+def _stream_views(op: StreamOp, pass_: str, num_heads: int, key_dim: int
+                  ) -> dict[str, tuple[tuple[int, int], ...]]:
+    """Each tensor's kernel view as ((extent, var), ...), var 0 = constant, 1 = B, 2 = N."""
+    shapes = op.kernel_shapes(pass_, _SENTINEL_B, _SENTINEL_N, num_heads, key_dim)
+    var = {_SENTINEL_B: 1, _SENTINEL_N: 2}
+    return {name: tuple((0 if e in var else e, var.get(e, 0)) for e in shape)
+            for name, shape in shapes.items()}
+
+
+def _stream_roles(build: dict) -> dict[str, dict[str, tuple[str, int]]]:
+    """Per pass: tensor name -> (index in the call's tensors, rank of the kernels' view)."""
+    op = STREAM_OPS[build["op"]]
+    roles = {}
+    for pass_ in op.passes:
+        views = _stream_views(op, pass_, build["num_heads"], build["key_dim"])
+        roles[pass_] = {name: (str(i), len(views[name]))
+                        for i, name in enumerate(op.tensor_names(pass_))}
+    return roles
+
+
+def _braced(*items: object) -> str:
+    """A C++ brace initializer of ``items``."""
+    return "{" + ", ".join(map(str, items)) + "}"
+
+
+def _stream_tables(root: Path, builds: list[dict], index: dict[str, int]
+                   ) -> tuple[list[str], list[tuple]]:
+    """``kStreamOps`` and a ``StreamConfig`` per (op, key_dim, num_heads, dtype) with builds:
+    the build each pass uses (the RuntimeOp's choice) and the tensors' kernel views."""
+    from psa_tvm.runtime.stream_op import PsaStreamRuntimeOp
+
+    names = list(STREAM_OPS)
+    lines = ["extern const char* const kStreamOps[] = {"
+             + ", ".join(json.dumps(n) for n in names) + "};",
+             f"extern const int kNumStreamOps = {len(names)};",
+             "extern const StreamConfig kStreamConfigs[] = {"]
+    keys = sorted({(b["op"], b["key_dim"], b["num_heads"], b["dtype"])
+                   for b in builds if b.get("op", "merge") != "merge"})
+    included = []
+    for op_name, key_dim, num_heads, dtype in keys:
+        op = STREAM_OPS[op_name]
+        try:
+            chosen = PsaStreamRuntimeOp(op_name, key_dim, num_heads, dtype,
+                                        artifacts=root).builds
+        except ArtifactNotFoundError:
+            continue
+        build_index = [index.get(str(chosen[p].source.relative_to(root)), -1)
+                       if p in chosen else -1 for p in ("forward", "backward")]
+        if max(build_index) < 0:
+            continue
+        specs = []
+        for pass_ in ("forward", "backward"):
+            if pass_ not in op.passes:
+                specs.append("{0, {}, {}, {}}")
+                continue
+            views = _stream_views(op, pass_, num_heads, key_dim)
+            tensor_names = op.tensor_names(pass_)
+            flat = {GATHER_OUTPUT, SCATTER_INPUT, SCATTER_OUTPUT}
+            shapes = _braced(*(_braced(len(views[t]), _braced(*(e for e, _ in views[t])),
+                                       _braced(*(v for _, v in views[t])))
+                               for t in tensor_names))
+            specs.append(_braced(len(tensor_names), _braced(*map(json.dumps, tensor_names)),
+                                 shapes, _braced(*("true" if t in flat else "false"
+                                                   for t in tensor_names))))
+        code, bits = _DTYPES[dtype]
+        lines.append(f"  {{{names.index(op_name)}, {key_dim}, {num_heads}, {op.num_streams}, "
+                     f"{code}, {bits}, {json.dumps(dtype)}, {{{build_index[0]}, "
+                     f"{build_index[1]}}}, {{{specs[0]}, {specs[1]}}}}},")
+        included.append((op_name, key_dim, num_heads, dtype))
+    if not included:
+        lines.append('  {0, 0, 0, 0, 0, 0, "", {-1, -1}, {}},')
+    lines += ["};", f"extern const int kNumStreamConfigs = {len(included)};", ""]
+    return lines, included
 
 
 def _cpu_prefix(config: OpConfig) -> str:

@@ -45,6 +45,10 @@ class NativeLibrary:
     plan_forward: Any  # (lo, hi, out, arch) -> [entry, grid, block, smem, args, source, sched]
     plan_backward: Any  # (d_merged, d_lo, d_hi, arch) -> the same
     tensor_type: type  # tvm_ffi.Tensor: what allocating calls return without torch tensors
+    # The attention layout family (psa_tvm.layouts; None in libraries built before it):
+    stream_run: Any  # (op index, pass 0|1, batch, n, num_heads, key_dim, *tensors)
+    stream_plan: Any  # (op index, pass, batch, n, num_heads, key_dim, arch, *tensors) -> plan
+    stream_ops: dict[str, int]  # op name -> index
 
     def info(self) -> dict:
         """What the library holds: configurations, the build per pass and arch, CPU kernels."""
@@ -112,7 +116,14 @@ def _open(path: Path) -> NativeLibrary:
     module = tvm_ffi.load_module(str(path))
     names = ("merge", "merge_forward", "merge_forward_alloc", "merge_backward",
              "merge_backward_grads", "merge_backward_alloc", "plan_forward", "plan_backward")
-    return NativeLibrary(path, module, *(module[name] for name in names), tvm_ffi.Tensor)
+    try:
+        stream = (module["stream_run"], module["stream_plan"])
+        stream_ops = {name: i for i, name in
+                      enumerate(json.loads(module["library_info"]())["stream_ops"])}
+    except (AttributeError, KeyError):  # a library from before the layout family
+        stream, stream_ops = (None, None), {}
+    return NativeLibrary(path, module, *(module[name] for name in names), tvm_ffi.Tensor,
+                         *stream, stream_ops)
 
 
 # Callbacks run by forget(): callers that cache a library (psa_tvm.ops) register here.

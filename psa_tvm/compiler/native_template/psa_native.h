@@ -112,6 +112,43 @@ struct Config {
   const CpuSet* cpu;  // LLVM-built CPU kernels (nullptr: none)
 };
 
+
+// ------------------------------------------------------------------ the attention layout family
+// psa_tvm/layouts.py: ops with S streams of key_dim channels per head (pack, merges, gradient
+// gathers). Their kernels' pointer parameters and symbols index the call's tensors in the op's
+// order for the pass (StreamOp.tensor_names: inputs first, output last).
+constexpr int kMaxStreamTensors = 8;
+constexpr int kMaxStreamRank = 6;
+
+// One tensor's shape as the kernels view it, for the call's B and N (dims that are neither are
+// constants of the configuration).
+enum StreamVar : int8_t { kConst = 0, kVarB = 1, kVarN = 2 };
+struct StreamShape {
+  int ndim;
+  int64_t extent[kMaxStreamRank];
+  int8_t var[kMaxStreamRank];
+};
+
+struct StreamTensors {
+  int num;  // 0: the op has no such pass
+  const char* names[kMaxStreamTensors];
+  StreamShape shapes[kMaxStreamTensors];
+  bool flat[kMaxStreamTensors];  // the NCHW side and the scatter's output: any contiguous shape
+                                 // of the view's size (PsaStreamRuntimeOp.check)
+};
+
+struct StreamConfig {
+  int op;  // index into kStreamOps
+  int64_t key_dim;
+  int64_t num_heads;
+  int64_t num_streams;
+  uint8_t dtype_code;
+  uint8_t dtype_bits;
+  const char* dtype_name;
+  int build[2];  // kBuilds index per pass (forward = gather, backward = scatter), -1: none
+  StreamTensors tensors[2];
+};
+
 }  // namespace psa_native
 
 #endif  // PSA_NATIVE_H_
