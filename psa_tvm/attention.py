@@ -359,12 +359,25 @@ _ATEN = SimpleNamespace(
 )
 
 
-def _views(p: torch.Tensor, key_dim: int):
-    """``q``, ``k``, ``V_lo``, ``V_hi`` and full ``V`` as ``[B, nh, N, d]`` views of ``p``."""
-    def chunk(lo: int, hi: int) -> torch.Tensor:
-        return p[..., lo * key_dim:hi * key_dim].transpose(1, 2)
+# (first chunk, chunks) of q, k, V_lo, V_hi and the full V in a head's 4*kd packed channels
+_CHUNKS = {"q": (0, 1), "k": (1, 1), "v_lo": (2, 1), "v_hi": (3, 1), "v": (2, 2)}
+_FLASH_VIEWS = ("q", "k", "v_lo", "v_hi")
+_CUDNN_VIEWS = ("q", "k", "v")
 
-    return chunk(0, 1), chunk(1, 2), chunk(2, 3), chunk(3, 4), chunk(2, 4)
+
+def _views(p: torch.Tensor, key_dim: int, names: tuple[str, ...]) -> list[torch.Tensor]:
+    """The named chunks of ``p [B, N, nh, 4*kd]`` as ``[B, nh, N, d]`` views (no copy). In
+    eager one ``as_strided`` each (a slice and a transpose cost twice the host time); traced or
+    differentiated, the slices (simplest for symbolic shapes, and the lighter backward)."""
+    if torch.compiler.is_compiling() or (p.requires_grad and torch.is_grad_enabled()):
+        return [p[..., first * key_dim:(first + count) * key_dim].transpose(1, 2)
+                for first, count in (_CHUNKS[name] for name in names)]
+    batch, n, heads, _ = p.shape
+    s_b, s_n, s_h, _ = p.stride()
+    offset = p.storage_offset()
+    return [p.as_strided((batch, heads, n, count * key_dim), (s_b, s_h, s_n, 1),
+                         offset + first * key_dim)
+            for first, count in (_CHUNKS[name] for name in names)]
 
 
 def _nhd(t: torch.Tensor) -> torch.Tensor:
@@ -372,16 +385,31 @@ def _nhd(t: torch.Tensor) -> torch.Tensor:
     return _contig(t.transpose(1, 2))
 
 
+def _flash_forward(qkv, num_heads, key_dim, height, width):
+    """pack -> two flash calls -> merge; returns the output and what the backward needs."""
+    scale = key_dim ** -0.5
+    p = _op("split_heads", qkv)(_contig(qkv), num_heads, key_dim)
+    q, k, v_lo, v_hi = _views(p, key_dim, _FLASH_VIEWS)
+    flash = _ATEN.flash
+    lo = flash(q, k, v_lo, 0.0, False, False, scale=scale)
+    hi = flash(q, k, v_hi, 0.0, False, False, scale=scale)
+    return _op("merge_heads2", qkv)(_nhd(lo[0]), _nhd(hi[0]), height, width), p, lo, hi
+
+
+def _cudnn_forward(qkv, num_heads, key_dim, height, width, log_sumexp=True):
+    """pack -> one cuDNN call on the full V -> back to NCHW (``log_sumexp`` for a backward)."""
+    scale = key_dim ** -0.5
+    p = _op("split_heads", qkv)(_contig(qkv), num_heads, key_dim)
+    q, k, v = _views(p, key_dim, _CUDNN_VIEWS)
+    res = _ATEN.cudnn(q, k, v, None, log_sumexp, 0.0, False, False, scale=scale)
+    return _op("merge_heads", qkv)(_nhd(res[0]), key_dim, height, width), p, res
+
+
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, qkv, num_heads, key_dim, height, width):
         scale = key_dim ** -0.5
-        p = _op("split_heads", qkv)(_contig(qkv), num_heads, key_dim)
-        q, k, v_lo, v_hi, _ = _views(p, key_dim)
-        flash = _ATEN.flash
-        lo = flash(q, k, v_lo, 0.0, False, False, scale=scale)
-        hi = flash(q, k, v_hi, 0.0, False, False, scale=scale)
-        out = _op("merge_heads2", qkv)(_nhd(lo[0]), _nhd(hi[0]), height, width)
+        out, p, lo, hi = _flash_forward(qkv, num_heads, key_dim, height, width)
         ctx.save_for_backward(p, lo[0], lo[1], lo[2], lo[3], lo[6], lo[7],
                               hi[0], hi[1], hi[2], hi[3], hi[6], hi[7])
         ctx.meta = (num_heads, key_dim, height, width, scale, lo[4], lo[5])
@@ -391,7 +419,7 @@ class _FlashAttention(torch.autograd.Function):
     def backward(ctx, grad):
         num_heads, key_dim, height, width, scale, max_q, max_k = ctx.meta
         p, *saved = ctx.saved_tensors
-        q, k, v_lo, v_hi, _ = _views(p, key_dim)
+        q, k, v_lo, v_hi = _views(p, key_dim, _FLASH_VIEWS)
         # d_lo, d_hi each contiguous: flash's backward copies a grad_out that is a chunk view
         d_lo, d_hi = _op("split_heads2", grad)(_contig(grad), num_heads, key_dim)
         do_lo, do_hi = d_lo.transpose(1, 2), d_hi.transpose(1, 2)
@@ -412,10 +440,7 @@ class _CudnnAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, qkv, num_heads, key_dim, height, width):
         scale = key_dim ** -0.5
-        p = _op("split_heads", qkv)(_contig(qkv), num_heads, key_dim)
-        q, k, _, _, v = _views(p, key_dim)
-        res = _ATEN.cudnn(q, k, v, None, True, 0.0, False, False, scale=scale)
-        out = _op("merge_heads", qkv)(_nhd(res[0]), key_dim, height, width)
+        out, p, res = _cudnn_forward(qkv, num_heads, key_dim, height, width)
         ctx.save_for_backward(p, res[0], res[1], res[2], res[3], res[6], res[7])
         ctx.meta = (num_heads, key_dim, height, width, scale, res[4], res[5])
         return out
@@ -424,7 +449,7 @@ class _CudnnAttention(torch.autograd.Function):
     def backward(ctx, grad):
         num_heads, key_dim, height, width, scale, max_q, max_k = ctx.meta
         p, o, lse, cq, ck, seed, offset = ctx.saved_tensors
-        q, k, _, _, v = _views(p, key_dim)
+        q, k, v = _views(p, key_dim, _CUDNN_VIEWS)
         d_out = _op("split_heads", grad)(_contig(grad), num_heads, key_dim)
         dq, dk, dv = _ATEN.cudnn_backward(
             d_out.transpose(1, 2), q, k, v, o, lse, seed, offset, None, cq, ck, max_q, max_k,
@@ -435,7 +460,7 @@ class _CudnnAttention(torch.autograd.Function):
 
 def _sdpa_attention(qkv, num_heads, key_dim, height, width):
     p = split_heads(_contig(qkv), num_heads, key_dim)
-    q, k, _, _, v = _views(p, key_dim)
+    q, k, v = _views(p, key_dim, _CUDNN_VIEWS)
     o = F.scaled_dot_product_attention(q, k, v, scale=key_dim ** -0.5)
     return merge_heads(_nhd(o), key_dim, height, width)
 
@@ -455,6 +480,10 @@ def _capability_major(device: torch.device) -> int:
     return major
 
 
+# (device, dtype, key_dim) -> which backends can run it (resolve_backend runs on every call)
+_SUPPORT: dict[tuple, dict[str, bool]] = {}
+
+
 def _enabled(backend: str) -> bool:
     """torch's switch for its own SDPA backend (``torch.backends.cuda.enable_*_sdp``), which
     ``auto`` respects; under torch.compile (where reading it breaks the graph) taken as on."""
@@ -470,11 +499,16 @@ def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype,
     (cuDNN, then flash, then ``sdpa``); a named backend that cannot run raises ``ValueError``."""
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {list(BACKENDS)}, got {backend!r}")
-    fused_ok = (device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
-                and key_dim % 8 == 0)
-    major = _capability_major(device) if fused_ok else 0
-    support = {"cudnn": fused_ok and major >= 8 and 2 * key_dim <= 128,
-               "flash": fused_ok and major >= 8 and key_dim <= 256, "sdpa": True}
+    key = (device, dtype, key_dim)
+    support = _SUPPORT.get(key)
+    if support is None:
+        fused_ok = (device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
+                    and key_dim % 8 == 0)
+        major = _capability_major(device) if fused_ok else 0
+        support = {"cudnn": fused_ok and major >= 8 and 2 * key_dim <= 128,
+                   "flash": fused_ok and major >= 8 and key_dim <= 256, "sdpa": True}
+        if not torch.compiler.is_compiling():  # traced, the capability may be a default
+            _SUPPORT[key] = support
     if backend == "auto":
         return next(b for b in ("cudnn", "flash", "sdpa") if support[b] and _enabled(b))
     if not support[backend]:
@@ -505,11 +539,17 @@ def psa_attention(qkv: torch.Tensor, num_heads: int, key_dim: int, H: int, W: in
         raise ValueError(f"qkv: expected spatial size H={H}, W={W}, got "
                          f"{tuple(qkv.shape[2:])}")
     chosen = resolve_backend(backend, qkv.device, qkv.dtype, key_dim)
+    if chosen == "sdpa":
+        return _sdpa_attention(qkv, num_heads, key_dim, H, W)
+    if not (torch.is_grad_enabled() and qkv.requires_grad) and not torch.compiler.is_compiling():
+        # Nothing to differentiate (inference): the forward alone, without the Function's
+        # bookkeeping (~6 us of host time at batch 1, where YOLO inference is host-bound).
+        if chosen == "flash":
+            return _flash_forward(qkv, num_heads, key_dim, H, W)[0]
+        return _cudnn_forward(qkv, num_heads, key_dim, H, W, log_sumexp=False)[0]
     if chosen == "flash":
         return _FlashAttention.apply(qkv, num_heads, key_dim, H, W)
-    if chosen == "cudnn":
-        return _CudnnAttention.apply(qkv, num_heads, key_dim, H, W)
-    return _sdpa_attention(qkv, num_heads, key_dim, H, W)
+    return _CudnnAttention.apply(qkv, num_heads, key_dim, H, W)
 
 
 def reference_attention(qkv: torch.Tensor, num_heads: int, key_dim: int, H: int,

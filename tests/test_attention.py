@@ -97,16 +97,6 @@ def test_cpu_ops_are_the_family_definition():
 
 
 # ----------------------------------------------------------------- build, manifest, RuntimeOps
-@pytest.fixture(scope="module")
-def attention_artifacts(tmp_path_factory):
-    pytest.importorskip("tvm")
-    from psa_tvm.compiler.artifact import BuildRequest, build_artifacts
-
-    out = tmp_path_factory.mktemp("attention_artifacts")
-    build_artifacts([BuildRequest(CONFIG, "tiled", op=op) for op in STREAM_OPS], out, ["sm_90"])
-    return out
-
-
 def test_manifest_records_are_generic(attention_artifacts):
     manifest = json.loads((attention_artifacts / "manifest.json").read_text())
     ops = {b["op"] for b in manifest["builds"]}
@@ -271,6 +261,30 @@ def test_fused_backends_plumbing(emulated_sdpa, function, dtype):
     (got,) = torch.autograd.grad(out, qkv, grad)
     (want,) = torch.autograd.grad(ref, qkv, grad)
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("backend", ["flash", "cudnn"])
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "no_requires_grad"])
+def test_inference_path_equals_the_autograd_path(emulated_sdpa, monkeypatch, backend, mode):
+    """With nothing to differentiate psa_attention runs the forward alone (no Function, views by
+    as_strided): the same output, bit for bit, as the differentiable path."""
+    monkeypatch.setattr(A, "resolve_backend", lambda *args: backend)
+    b, nh, kd, height, width = 2, 3, 8, 4, 5
+    qkv = inputs((b, 4 * nh * kd, height, width), torch.float32, "cpu")
+    want = A.psa_attention(qkv.clone().requires_grad_(True), nh, kd, height, width).detach()
+    applied = []
+    function = A._FlashAttention if backend == "flash" else A._CudnnAttention
+    monkeypatch.setattr(function, "apply", lambda *args: applied.append(args))
+    if mode == "no_grad":
+        with torch.no_grad():
+            got = A.psa_attention(qkv.requires_grad_(True), nh, kd, height, width)
+    elif mode == "inference_mode":
+        with torch.inference_mode():
+            got = A.psa_attention(qkv, nh, kd, height, width)
+    else:
+        got = A.psa_attention(qkv, nh, kd, height, width)
+    assert not applied and not got.requires_grad
+    assert bitwise_equal(got, want)
 
 
 def test_backend_choice_and_errors():
