@@ -517,6 +517,28 @@ def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype,
     return backend
 
 
+def _cuda_inference(backend: str, qkv: torch.Tensor, num_heads: int, key_dim: int,
+                    height: int, width: int) -> torch.Tensor:
+    """The flash/cuDNN forward for eager CUDA tensors, with the layout kernels launched
+    directly (psa_attention has checked the arguments; the ops' own checks and dispatch are
+    host time that batch-1 inference pays on every call). Same kernels, same result."""
+    batch, n = qkv.shape[0], height * width
+    p = qkv.new_empty((batch, n, num_heads, 4 * key_dim))
+    _launch("qkv", 1, (_contig(qkv), p), batch, n, num_heads, key_dim)
+    out = qkv.new_empty((batch, 2 * num_heads * key_dim, height, width))
+    scale = key_dim ** -0.5
+    if backend == "cudnn":
+        q, k, v = _views(p, key_dim, _CUDNN_VIEWS)
+        o = _ATEN.cudnn(q, k, v, None, False, 0.0, False, False, scale=scale)[0]
+        _launch("attn", 0, (_nhd(o), out), batch, n, num_heads, key_dim)
+        return out
+    q, k, v_lo, v_hi = _views(p, key_dim, _FLASH_VIEWS)
+    lo = _ATEN.flash(q, k, v_lo, 0.0, False, False, scale=scale)[0]
+    hi = _ATEN.flash(q, k, v_hi, 0.0, False, False, scale=scale)[0]
+    _launch("attn_flash", 0, (_nhd(lo), _nhd(hi), out), batch, n, num_heads, key_dim)
+    return out
+
+
 def psa_attention(qkv: torch.Tensor, num_heads: int, key_dim: int, H: int, W: int,
                   backend: str = "auto") -> torch.Tensor:
     """ultralytics' ``Attention`` core: ``qkv [B, nh*4*kd, H, W]`` -> ``[B, nh*2*kd, H, W]``.
@@ -544,6 +566,8 @@ def psa_attention(qkv: torch.Tensor, num_heads: int, key_dim: int, H: int, W: in
     if not (torch.is_grad_enabled() and qkv.requires_grad) and not torch.compiler.is_compiling():
         # Nothing to differentiate (inference): the forward alone, without the Function's
         # bookkeeping (~6 us of host time at batch 1, where YOLO inference is host-bound).
+        if qkv.is_cuda and type(qkv) is torch.Tensor:
+            return _cuda_inference(chosen, qkv, num_heads, key_dim, H, W)
         if chosen == "flash":
             return _flash_forward(qkv, num_heads, key_dim, H, W)[0]
         return _cudnn_forward(qkv, num_heads, key_dim, H, W, log_sumexp=False)[0]

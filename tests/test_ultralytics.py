@@ -99,6 +99,22 @@ def test_patched_block_matches_unpatched(dtype, shape):
     torch.testing.assert_close(_grads(model, x, grad)[0], want[0])
 
 
+@pytest.mark.parametrize("mode", ["inference_mode", "no_grad"])
+def test_patched_inference_matches_unpatched(mode):
+    """Eval-mode inference: v as one strided view and the residual added into the attention
+    output in place give ultralytics' result."""
+    torch.manual_seed(0)
+    model = nn.Sequential(PSABlockLike(128, 2), PSABlockLike(128, 2)).double().eval()
+    x = inputs((2, 128, 5, 4), torch.float64, "cpu")
+    context = torch.inference_mode if mode == "inference_mode" else torch.no_grad
+    with context():
+        want = model(x)
+    assert patch(model, classes=(Attention,)) == 2
+    with context():
+        got = model(x)
+    _close(got, want, 1e-12)
+
+
 def test_patch_skips_other_attn_ratios_and_checks_backend():
     model = nn.Sequential(PSABlockLike(64, 1, attn_ratio=0.25), PSABlockLike(64, 1))
     assert patch(model, "sdpa", classes=(Attention,)) == 1

@@ -45,8 +45,18 @@ def attention_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     num_heads, key_dim = self.num_heads, self.key_dim
     qkv = self.qkv(x)
     out = psa_attention(qkv, num_heads, key_dim, height, width, getattr(self, _MARK, "auto"))
-    v = qkv.view(b, num_heads, 4 * key_dim, height * width)[:, :, 2 * key_dim:]
-    return self.proj(out + self.pe(v.reshape(b, c, height, width)))
+    n = height * width
+    if qkv.is_contiguous() and not torch.compiler.is_compiling():
+        # v (the last 2*kd channels of each head's 4*kd) as one view op, not a view + slice
+        v = qkv.as_strided((b, num_heads, 2 * key_dim, n),
+                           (num_heads * 4 * key_dim * n, 4 * key_dim * n, n, 1),
+                           qkv.storage_offset() + 2 * key_dim * n)
+    else:
+        v = qkv.view(b, num_heads, 4 * key_dim, n)[:, :, 2 * key_dim:]
+    pe = self.pe(v.reshape(b, c, height, width))
+    if torch.is_grad_enabled() and (pe.requires_grad or out.requires_grad):
+        return self.proj(out + pe)
+    return self.proj(out.add_(pe))  # inference: into psa_attention's fresh output, no allocation
 
 
 def _patchable(module: nn.Module) -> bool:

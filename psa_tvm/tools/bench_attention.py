@@ -126,12 +126,25 @@ def bench_core(dim: int, batch: int, size: int, dtype: torch.dtype, mode: str,
     return records
 
 
+def _wall_and_cpu_us(fn: Callable[[], object], iters: int) -> tuple[float, float]:
+    """Wall time and this thread's CPU time per call (the CPU time leaves out the time the
+    host's scheduler gave other processes)."""
+    torch.cuda.synchronize()
+    wall, cpu = time.perf_counter(), time.thread_time()
+    for _ in range(iters):
+        fn()
+    cpu = time.thread_time() - cpu
+    torch.cuda.synchronize()
+    return (time.perf_counter() - wall) / iters * 1e6, cpu / iters * 1e6
+
+
 def bench_block(c1: int, batch: int, size: int, dtype: torch.dtype,
-                rounds: int = 7) -> list[dict]:
+                rounds: int = 15) -> list[dict]:
     """ultralytics' C2PSA and its Attention module alone, eager inference: stock vs patched
-    (wall and GPU time per call). The implementations are timed in interleaved rounds and
-    each keeps its best round: the host's background load drifts over seconds, and timing
-    one implementation after the other would charge the drift to whichever ran later."""
+    (wall, host CPU and GPU time per call). The implementations are timed in interleaved
+    rounds of 100 calls; each keeps its best round (and the median is recorded): the host's
+    background load drifts over seconds, and timing one implementation after the other would
+    charge the drift to whichever ran later."""
     try:
         from ultralytics.nn.modules.block import C2PSA
     except ImportError:
@@ -145,7 +158,8 @@ def bench_block(c1: int, batch: int, size: int, dtype: torch.dtype,
     x_attention = torch.randn(batch, c1 // 2, size, size, device="cuda", dtype=dtype)
     impls = ("stock", "flash", "cudnn")
     parts = {"c2psa": lambda: block(x), "c2psa.attention": lambda: attention(x_attention)}
-    walls: dict[tuple[str, str], float] = {}
+    walls: dict[tuple[str, str], list[float]] = {}
+    cpus: dict[tuple[str, str], list[float]] = {}
     failed: dict[str, str] = {}
 
     def use(impl: str) -> None:
@@ -165,11 +179,12 @@ def bench_block(c1: int, batch: int, size: int, dtype: torch.dtype,
                 try:
                     if round_ == 0:
                         call()
-                    wall = wall_us(call, 200)
+                    wall, cpu = _wall_and_cpu_us(call, 100)
                 except Exception as err:  # an unsupported backend/dtype: say so, keep going
                     failed[impl] = f"{type(err).__name__}: {str(err)[:120]}"
                     break
-                walls[part, impl] = min(walls.get((part, impl), float("inf")), wall)
+                walls.setdefault((part, impl), []).append(wall)
+                cpus.setdefault((part, impl), []).append(cpu)
     records = []
     for part, fn in parts.items():
         for impl in impls:
@@ -184,8 +199,10 @@ def bench_block(c1: int, batch: int, size: int, dtype: torch.dtype,
                 with torch.inference_mode():
                     return fn()
             gpu, _ = kernel_times(call, 50)
-            records.append({**record, "gpu_us": gpu, "wall_us": walls[part, impl],
-                            "rounds": rounds})
+            wall = sorted(walls[part, impl])
+            records.append({**record, "gpu_us": gpu, "wall_us": wall[0],
+                            "wall_median_us": wall[len(wall) // 2],
+                            "cpu_us": min(cpus[part, impl]), "rounds": rounds})
     unpatch(block)
     return records
 
@@ -255,9 +272,11 @@ def markdown(records: list[dict]) -> str:
         wall_speedup = f"{base['wall_us'] / r['wall_us']:.2f}" if base else ""
         share = (f"{100 * r['psa_kernels_us'] / r['gpu_us']:.1f}"
                  if r.get("psa_kernels_us") else "")
+        wall = f"{r['wall_us']:.1f}"
+        if "wall_median_us" in r:  # the blocks: best round (median round; host CPU time)
+            wall += f" ({r['wall_median_us']:.0f}; cpu {r['cpu_us']:.0f})"
         rows.append(f"| {r['part']} | {shape} | {r['dtype']} | {r['mode']} | {r['impl']} | "
-                    f"{r['gpu_us']:.1f} | {r['wall_us']:.1f} | {speedup} | {wall_speedup} | "
-                    f"{share} |")
+                    f"{r['gpu_us']:.1f} | {wall} | {speedup} | {wall_speedup} | {share} |")
     return "\n".join(rows)
 
 
