@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 from psa_tvm.config import OpConfig
-from psa_tvm.runtime import env
+from psa_tvm.runtime import env, torch_ext
 from psa_tvm.runtime import native as native_rt
 from psa_tvm.runtime.cpu import cpu_kernels
 from psa_tvm.runtime.memo import Memo
@@ -39,6 +39,14 @@ def merge(lo: Any, hi: Any, num_heads: int, H: int, W: int, *, out: Any = None) 
     """
     native = _NATIVE if _NATIVE is not None else _load_native()
     if native:  # the artifact directory's native library: validation and launch in C++
+        # Allocating calls on torch tensors: the extension allocates in C++ as well
+        # (runtime/torch_ext.py); with out= the library call below is as short.
+        ext = _torch_ext(native, lo, hi, num_heads, H, W) if out is None else None
+        if ext is not None:
+            try:
+                return ext.merge(lo, hi, num_heads, H, W, out)
+            except RuntimeError as err:
+                _ext_missed(err)
         try:
             result = native.merge(lo, hi, num_heads, H, W, out)
         except _NATIVE_MISSES as err:
@@ -85,6 +93,13 @@ def merge_backward(d_merged: Any, num_heads: int, key_dim: int, *, d_lo: Any = N
     """The inverse gather: ``d_merged [B, c, H, W]`` -> ``(d_lo, d_hi)``, ``[B*nh, H*W, kd]``."""
     native = _NATIVE if _NATIVE is not None else _load_native()
     if native:
+        ext = (_torch_ext(native, d_merged, d_lo, d_hi, num_heads, key_dim)
+               if d_lo is None or d_hi is None else None)
+        if ext is not None:
+            try:
+                return ext.merge_backward(d_merged, num_heads, key_dim, d_lo, d_hi)
+            except RuntimeError as err:
+                _ext_missed(err)
         try:
             result = native.merge_backward_grads(d_merged, num_heads, key_dim, d_lo, d_hi)
         except _NATIVE_MISSES as err:
@@ -155,12 +170,40 @@ def _native_missed(err: Exception) -> None:
         raise err  # only torch's refusal to export (meta tensors...) falls through
 
 
+def _torch_ext(native: native_rt.NativeLibrary, first: Any, *rest: Any) -> Any:
+    """The PyTorch extension bound to ``native`` when this call can take it: plain torch
+    tensors (or None outputs), int counts, eager with no dispatch or function mode; else None.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or type(first) is not torch.Tensor:
+        return None
+    tensor = torch.Tensor
+    for value in rest:
+        kind = type(value)
+        if kind is not int and kind is not tensor and value is not None:
+            return None
+    c = torch._C
+    if (c._len_torch_dispatch_stack() or c._is_torch_function_mode_enabled()
+            or torch.compiler.is_compiling()):
+        return None
+    return torch_ext.module_for(native.path, may_build=first.is_cuda)
+
+
+def _ext_missed(err: RuntimeError) -> None:
+    """The extension's call failed: a missing build looks again and lets the next path run
+    (as :func:`_native_missed`); any other error is the caller's."""
+    if not str(err).startswith("PsaArtifactNotFound"):
+        raise err
+    _load_native(refresh=True)
+
+
 def _forget_native() -> None:
     global _NATIVE
     _NATIVE = None
 
 
 native_rt.ON_FORGET.append(_forget_native)
+native_rt.ON_FORGET.append(torch_ext.forget)
 _NATIVE_MISSES = (native_rt.NativeArtifactNotFound, BufferError, TypeError, RuntimeError)
 
 

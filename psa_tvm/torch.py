@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from psa_tvm import ops
+from psa_tvm.runtime import torch_ext
 
 __all__ = ["merge_attn", "merge_attn_backward"]
 
@@ -78,7 +79,8 @@ def merge_attn(lo: torch.Tensor, hi: torch.Tensor, num_heads: int, H: int,
                W: int) -> torch.Tensor:
     """Differentiable merge of ``lo``, ``hi`` (``[B*nh, H*W, kd]``) into ``[B, 2*nh*kd, H, W]``.
 
-    Eager calls on plain tensors go straight to the native library (no dispatcher); anything
+    Eager calls on plain tensors go straight to the native library (no dispatcher), through
+    the PyTorch extension where it is built (allocation and autograd node in C++); anything
     the dispatcher must see (torch.compile and export tracing, tensor subclasses such as fake
     or functional tensors, dispatch and function modes) calls ``torch.ops.psa_tvm.merge_attn``.
     Both run the same kernel with the same checks.
@@ -89,6 +91,13 @@ def merge_attn(lo: torch.Tensor, hi: torch.Tensor, num_heads: int, H: int,
         if native is None:
             native = ops._load_native()
         if native:
+            ext = (torch_ext.module_for(native.path, may_build=lo.is_cuda)
+                   if type(num_heads) is int and type(H) is int and type(W) is int else None)
+            if ext is not None:  # allocation and autograd node in C++ (runtime/torch_ext.py)
+                try:
+                    return ext.merge_attn(lo, hi, num_heads, H, W)
+                except RuntimeError as err:
+                    ops._ext_missed(err)
             try:
                 if _grad_enabled() and (lo.requires_grad or hi.requires_grad):
                     return _NativeMerge.apply(lo, hi, num_heads, H, W)

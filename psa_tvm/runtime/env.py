@@ -9,6 +9,8 @@ Nothing else in the package reads ``os.environ``: a reader of this module sees e
 | ``PSA_TVM_SCHEDULES`` | a tuned-table directory searched before the shipped one |
 | ``PSA_TVM_NVCC`` | the ``nvcc`` to compile with (else ``$CUDA_HOME/bin/nvcc``, then ``PATH``) |
 | ``PSA_TVM_NATIVE`` | ``0`` runs the Python launcher instead of the native library |
+| ``PSA_TVM_TORCH_EXT`` | the C++ PyTorch extension of ``merge_attn``: ``auto`` (default: built |
+| | on first CUDA use when a compiler is here), ``1`` (required), ``0`` (never) |
 | ``PSA_TVM_CPU_THREADS`` | CPU pool threads (read by ``compiler/cpu_pool.cc``, then |
 | | ``TVM_NUM_THREADS``, ``OMP_NUM_THREADS``; default: all cores) |
 | ``PSA_TVM_CPU_MCPU`` | LLVM ``-mcpu`` of CPU builds (default: x86-64-v3 on x86-64) |
@@ -76,6 +78,17 @@ def set_artifacts_dir(path: str | os.PathLike) -> None:
 def native_enabled() -> bool:
     """``$PSA_TVM_NATIVE`` (default on): whether calls go through the native library."""
     return os.environ.get("PSA_TVM_NATIVE", "1") not in ("0", "false", "no", "off")
+
+
+def torch_ext_mode() -> str:
+    """``$PSA_TVM_TORCH_EXT``: ``auto`` (default), ``1`` or ``0`` (see the table above)."""
+    value = os.environ.get("PSA_TVM_TORCH_EXT", "auto").strip().lower()
+    return {"": "auto", "true": "1", "on": "1", "false": "0", "off": "0"}.get(value, value)
+
+
+def torch_ext_cache_dir() -> Path:
+    """Where the PyTorch extension is built, per torch version."""
+    return cache_dir() / "torch_ext"
 
 
 def cxx_compiler() -> str | None:

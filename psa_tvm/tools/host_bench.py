@@ -13,14 +13,17 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import torch
 
 import psa_tvm
 import psa_tvm.torch as psa_torch
 from psa_tvm import reference
-from psa_tvm.runtime import env
+from psa_tvm.runtime import env, torch_ext
 from psa_tvm.runtime import native as native_rt
+
+_WITHOUT = ", without the torch extension"
 
 
 def _per_call(fn: Callable[[], object], calls: int, sync: Callable[[], None]) -> float:
@@ -68,6 +71,12 @@ def host_table(device: str = "cuda", *, batch: int = 1, height: int = 20, width:
                  "native merge(..., out)": lambda: lib.merge(*args, out),
                  "native merge(..., None) (allocating)": lambda: lib.merge(*args, None),
                  **dict(list(paths.items())[4:])}
+    extension = (torch_ext.module_for(lib.path, may_build=device == "cuda")
+                 if lib is not None else None)
+    if extension is not None:  # the public paths above take it; the same without it:
+        for name in ("psa_tvm.merge (allocating)", "merge_attn eager, no grad",
+                     "merge_attn, autograd recording"):
+            paths[f"{name}{_WITHOUT}"] = paths[name]
     if device == "cuda":
         op = psa_tvm.PsaMergeAttnRuntimeOp(key_dim, num_heads, dtype)
         stream = torch.cuda.current_stream().cuda_stream
@@ -78,7 +87,8 @@ def host_table(device: str = "cuda", *, batch: int = 1, height: int = 20, width:
         for name, fn in paths.items():
             # "no grad" paths run under a no_grad region around the loop, as in inference code
             # (entering one per call would time torch.no_grad itself)
-            with torch.set_grad_enabled("no grad" not in name):
+            without = torch_ext.suspended() if name.endswith(_WITHOUT) else nullcontext()
+            with torch.set_grad_enabled("no grad" not in name), without:
                 samples[name].append(_per_call(fn, calls, sync))
     return {name: statistics.median(values) for name, values in samples.items()}
 

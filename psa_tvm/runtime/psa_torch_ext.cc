@@ -1,0 +1,247 @@
+// psa-tvm's optional PyTorch extension: merge / merge_backward / merge_attn with the outputs'
+// allocation and the autograd node in C++ (docs/native.md, "The PyTorch extension").
+//
+// Why: on the native library, psa_tvm.torch.merge_attn still paid Python for the output's
+// allocation (and tvm_ffi for converting torch tensors), and with autograd recording
+// torch.autograd.Function (~6 us on the H200 host): more than one eager torch op costs. Here
+// one pybind11 call goes straight to C++: outputs come from torch's caching allocator
+// (at::empty), the autograd node is a torch::autograd::Function, and the kernels run through
+// the artifact directory's native library (its `merge` / `merge_backward_grads` exports,
+// called through the TVM-FFI C ABI on torch's current stream), so every check, every error
+// message and the kernel choice stay in one place: the library.
+//
+// Built on first use by psa_tvm/runtime/torch_ext.py with torch.utils.cpp_extension against
+// the installed torch (a C++ extension has that torch's ABI); bound to a library with bind().
+#include <torch/extension.h>
+
+#if PSA_EXT_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <dlfcn.h>
+#include <tvm/ffi/c_api.h>
+#include <tvm/ffi/error.h>
+#include <tvm/ffi/extra/c_env_api.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace {
+
+// The bound library's exports (TVM-FFI safe-call functions, see psa_native_impl.h).
+struct Bound {
+  std::mutex mu;
+  TVMFFISafeCallType merge = nullptr;            // (lo, hi, num_heads, H, W, out|None)
+  TVMFFISafeCallType backward_grads = nullptr;   // (d_merged, num_heads, key_dim, d_lo, d_hi)
+};
+
+Bound& bound() {
+  static Bound b;
+  return b;
+}
+
+void Bind(const std::string& path) {
+  Bound& b = bound();
+  std::lock_guard<std::mutex> lock(b.mu);
+  // tvm_ffi has loaded the library already (psa_tvm.runtime.native): this takes a reference.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  TORCH_CHECK(handle != nullptr, "psa-tvm torch extension: cannot load ", path, ": ", dlerror());
+  auto merge = reinterpret_cast<TVMFFISafeCallType>(dlsym(handle, "__tvm_ffi_merge"));
+  auto grads =
+      reinterpret_cast<TVMFFISafeCallType>(dlsym(handle, "__tvm_ffi_merge_backward_grads"));
+  TORCH_CHECK(merge && grads, "psa-tvm torch extension: ", path,
+              " has no merge / merge_backward_grads exports");
+  b.merge = merge;
+  b.backward_grads = grads;
+}
+
+// A DLTensor view of an ATen tensor (no copy, no allocation; valid while `t` lives).
+DLTensor AsDLTensor(const at::Tensor& t) {
+  DLTensor d{};
+  d.data = t.data_ptr();
+  d.device.device_type = t.is_cuda() ? kDLCUDA : kDLCPU;
+  d.device.device_id = t.is_cuda() ? t.get_device() : 0;
+  d.ndim = static_cast<int32_t>(t.dim());
+  d.dtype.lanes = 1;
+  switch (t.scalar_type()) {
+    case at::kHalf: d.dtype.code = kDLFloat; d.dtype.bits = 16; break;
+    case at::kBFloat16: d.dtype.code = kDLBfloat; d.dtype.bits = 16; break;
+    case at::kFloat: d.dtype.code = kDLFloat; d.dtype.bits = 32; break;
+    case at::kDouble: d.dtype.code = kDLFloat; d.dtype.bits = 64; break;
+    default:  // the library names what it expects
+      d.dtype.code = kDLInt; d.dtype.bits = static_cast<uint8_t>(t.element_size() * 8);
+  }
+  d.shape = const_cast<int64_t*>(t.sizes().data());
+  d.strides = const_cast<int64_t*>(t.strides().data());
+  d.byte_offset = 0;
+  return d;
+}
+
+// One packed call's arguments: tensors (viewed, not copied), ints and None.
+class Args {
+ public:
+  void Tensor(const at::Tensor& t) {
+    tensors_[num_tensors_] = AsDLTensor(t);
+    TVMFFIAny a = None_();
+    a.type_index = kTVMFFIDLTensorPtr;
+    a.v_ptr = &tensors_[num_tensors_++];
+    args_.push_back(a);
+  }
+  void Int(int64_t v) {
+    TVMFFIAny a = None_();
+    a.type_index = kTVMFFIInt;
+    a.v_int64 = v;
+    args_.push_back(a);
+  }
+  void None() { args_.push_back(None_()); }
+  void OptionalTensor(const c10::optional<at::Tensor>& t) {
+    if (t) Tensor(*t);
+    else None();
+  }
+  const TVMFFIAny* data() const { return args_.data(); }
+  int size() const { return static_cast<int>(args_.size()); }
+
+ private:
+  static TVMFFIAny None_() {
+    TVMFFIAny a;
+    a.type_index = kTVMFFINone;
+    a.zero_padding = 0;
+    a.v_int64 = 0;
+    return a;
+  }
+  DLTensor tensors_[4];
+  int num_tensors_ = 0;
+  std::vector<TVMFFIAny> args_;
+};
+
+// Calls an export on torch's current stream of `device_of`'s device; the library's errors
+// become torch's (ValueError, TypeError; a missing build a RuntimeError that starts with
+// "PsaArtifactNotFound", which psa_tvm falls back on).
+void Call(TVMFFISafeCallType fn, const Args& args, const at::Tensor& device_of) {
+  TORCH_CHECK(fn != nullptr, "PsaArtifactNotFound: the psa-tvm torch extension is bound to no "
+              "library");
+  TVMFFIAny result;
+  result.type_index = kTVMFFINone;
+  result.zero_padding = 0;
+  result.v_int64 = 0;
+#if PSA_EXT_CUDA
+  TVMFFIStreamHandle previous = nullptr;
+  const bool cuda = device_of.is_cuda();
+  if (cuda) {
+    const auto stream = c10::cuda::getCurrentCUDAStream(device_of.get_device()).stream();
+    TVMFFIEnvSetStream(kDLCUDA, device_of.get_device(), stream, &previous);
+  }
+  const int ret = fn(nullptr, args.data(), args.size(), &result);
+  if (cuda) TVMFFIEnvSetStream(kDLCUDA, device_of.get_device(), previous, nullptr);
+#else
+  const int ret = fn(nullptr, args.data(), args.size(), &result);
+#endif
+  if (ret == 0) {
+    if (result.type_index >= kTVMFFIStaticObjectBegin) TVMFFIObjectDecRef(result.v_obj);
+    return;
+  }
+  const tvm::ffi::Error err = tvm::ffi::details::MoveFromSafeCallRaised();
+  const std::string kind = err.kind();
+  const std::string message = err.message();
+  TORCH_CHECK_VALUE(kind != "ValueError", message);
+  TORCH_CHECK_TYPE(kind != "TypeError", message);
+  TORCH_CHECK(false, kind, ": ", message);
+}
+
+// merge(lo, hi, num_heads, H, W, out=None). Arguments the output's shape cannot be computed
+// from go to the library without an output: it refuses them (before allocating anything) with
+// the message every other path gives.
+at::Tensor Merge(const at::Tensor& lo, const at::Tensor& hi, int64_t num_heads, int64_t height,
+                 int64_t width, const c10::optional<at::Tensor>& out) {
+  at::Tensor result;
+  if (!out && num_heads >= 1 && height >= 0 && width >= 0 && lo.dim() == 3 &&
+      lo.size(0) % num_heads == 0) {
+    result = at::empty({lo.size(0) / num_heads, 2 * num_heads * lo.size(2), height, width},
+                       lo.options());
+  }
+  Args args;
+  args.Tensor(lo);
+  args.Tensor(hi);
+  args.Int(num_heads);
+  args.Int(height);
+  args.Int(width);
+  if (out) args.Tensor(*out);
+  else if (result.defined()) args.Tensor(result);
+  else args.None();
+  Call(bound().merge, args, lo);
+  return out ? *out : result;
+}
+
+// merge_backward(d_merged, num_heads, key_dim, d_lo=None, d_hi=None) -> (d_lo, d_hi).
+std::tuple<at::Tensor, at::Tensor> MergeBackward(const at::Tensor& g, int64_t num_heads,
+                                                 int64_t key_dim,
+                                                 const c10::optional<at::Tensor>& d_lo,
+                                                 const c10::optional<at::Tensor>& d_hi) {
+  at::Tensor fresh[2];
+  if ((!d_lo || !d_hi) && num_heads >= 1 && key_dim >= 1 && (g.dim() == 3 || g.dim() == 4)) {
+    const int64_t n = g.dim() == 4 ? g.size(2) * g.size(3) : g.size(2);
+    for (int i = 0; i < 2; ++i) {
+      if (!(i == 0 ? d_lo : d_hi)) {
+        fresh[i] = at::empty({g.size(0) * num_heads, n, key_dim}, g.options());
+      }
+    }
+  }
+  Args args;
+  args.Tensor(g);
+  args.Int(num_heads);
+  args.Int(key_dim);
+  const c10::optional<at::Tensor>* given[2] = {&d_lo, &d_hi};
+  for (int i = 0; i < 2; ++i) {
+    if (*given[i]) args.Tensor(**given[i]);
+    else if (fresh[i].defined()) args.Tensor(fresh[i]);
+    else args.None();
+  }
+  Call(bound().backward_grads, args, g);
+  return {d_lo ? *d_lo : fresh[0], d_hi ? *d_hi : fresh[1]};
+}
+
+class MergeFunction : public torch::autograd::Function<MergeFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& lo,
+                            const at::Tensor& hi, int64_t num_heads, int64_t height,
+                            int64_t width) {
+    ctx->saved_data["num_heads"] = num_heads;
+    ctx->saved_data["key_dim"] = lo.size(2);
+    return Merge(lo, hi, num_heads, height, width, c10::nullopt);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto [d_lo, d_hi] = MergeBackward(grads[0].contiguous(), ctx->saved_data["num_heads"].toInt(),
+                                      ctx->saved_data["key_dim"].toInt(), c10::nullopt,
+                                      c10::nullopt);
+    return {d_lo, d_hi, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// psa_tvm.torch.merge_attn: differentiable when autograd records.
+at::Tensor MergeAttn(const at::Tensor& lo, const at::Tensor& hi, int64_t num_heads,
+                     int64_t height, int64_t width) {
+  // The autograd node only when one is needed: Function::apply's bookkeeping costs host time.
+  // (A lo of the wrong rank goes to Merge, whose call the library refuses with its message.)
+  if (at::GradMode::is_enabled() && (lo.requires_grad() || hi.requires_grad()) &&
+      lo.dim() == 3) {
+    return MergeFunction::apply(lo, hi, num_heads, height, width);
+  }
+  return Merge(lo, hi, num_heads, height, width, c10::nullopt);
+}
+
+}  // namespace
+
+// A Python module (pybind11), not a torch.library op: calling a custom op from Python parses
+// its arguments against the schema (~4 us); a pybind11 function with tensor casters ~1 us.
+// torch.compile, export and tensor subclasses keep using the torch.library op
+// psa_tvm::merge_attn; this module serves eager calls on plain tensors only.
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("bind", &Bind, "Bind to a native library (its path)");
+  m.def("merge", &Merge, "merge(lo, hi, num_heads, H, W, out) -> out (allocated when None)");
+  m.def("merge_backward", &MergeBackward,
+        "merge_backward(d_merged, num_heads, key_dim, d_lo, d_hi) -> (d_lo, d_hi)");
+  m.def("merge_attn", &MergeAttn, "merge_attn(lo, hi, num_heads, H, W) -> merged");
+}

@@ -1,0 +1,166 @@
+"""The optional PyTorch extension: ``merge_attn`` with its allocation and autograd node in C++
+over the native library (source: ``psa_torch_ext.cc``, docs/native.md).
+
+It is built with ``torch.utils.cpp_extension`` against the installed torch (a C++ extension
+has that torch's ABI), once per torch/tvm-ffi/source version, into
+``$PSA_TVM_CACHE/torch_ext/<digest>`` (its own file lock makes concurrent builds safe), and
+bound to an artifact directory's native library. It is a pybind11 module, not a
+``torch.library`` op: eager calls on plain tensors only (the op ``psa_tvm::merge_attn`` serves
+torch.compile, export and subclasses). Its functions (``merge``, ``merge_backward``,
+``merge_attn``) take the library's arguments and raise its errors (a missing build: a
+``RuntimeError`` starting with ``PsaArtifactNotFound``).
+
+``$PSA_TVM_TORCH_EXT``: ``auto`` builds it on the first eager call on CUDA tensors when a C++
+compiler and ninja are here, and otherwise quietly keeps the Python path (CPU calls use it once
+built); ``1`` builds it on any call and raises when it cannot; ``0`` never uses it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import shutil
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from psa_tvm.runtime import env
+
+SOURCE = Path(__file__).with_name("psa_torch_ext.cc")
+
+_LOCK = threading.Lock()
+_BOUND_PATH: Path | None = None  # the library the extension is bound to
+_MODE: str | None = None  # $PSA_TVM_TORCH_EXT, read once (forget() reads it again)
+_SUSPENDED = False  # inside suspended(): the paths without the extension run
+_MODULE: Any = None  # the loaded extension
+_FAILURE: str = ""  # why it could not be built or loaded
+
+
+class TorchExtensionError(RuntimeError):
+    """The extension was required (``PSA_TVM_TORCH_EXT=1``) and could not be built or loaded."""
+
+
+def _digest() -> str:
+    import torch
+    import tvm_ffi
+
+    sha = hashlib.sha1(SOURCE.read_bytes())
+    for part in (torch.__version__, str(torch.version.cuda), tvm_ffi.__version__,
+                 sys.version, str(env.cxx_compiler())):
+        sha.update(part.encode())
+    return sha.hexdigest()[:12]
+
+
+def build_and_load(verbose: bool = False) -> Any:
+    """Build (or reuse the cached build of) the extension; returns its Python module."""
+    import torch
+    import tvm_ffi.libinfo as libinfo
+    from torch.utils import cpp_extension
+
+    cuda = torch.version.cuda is not None
+    digest = _digest()
+    build_dir = env.torch_ext_cache_dir() / digest
+    name = f"psa_tvm_torch_ext_{digest}"
+    if not any(build_dir.glob(f"{name}*.so")):
+        print(f"psa-tvm: building the PyTorch extension of merge_attn into {build_dir} (once "
+              "per torch version) ...", file=sys.stderr, flush=True)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    lib_dir = str(Path(libinfo.find_libtvm_ffi()).parent)
+    return cpp_extension.load(
+        name=name, sources=[str(SOURCE)], extra_cflags=["-O2", f"-DPSA_EXT_CUDA={int(cuda)}"],
+        extra_include_paths=[libinfo.find_include_path(), libinfo.find_dlpack_include_path()],
+        extra_ldflags=[f"-L{lib_dir}", "-ltvm_ffi", f"-Wl,-rpath,{lib_dir}"],
+        build_directory=str(build_dir), with_cuda=cuda, verbose=verbose)
+
+
+def _why_not() -> str | None:
+    if shutil.which(env.cxx_compiler() or "g++") is None and shutil.which("c++") is None:
+        return "no C++ compiler (set $CXX or install g++)"
+    if shutil.which("ninja") is None:
+        try:
+            import ninja  # noqa: F401
+        except ImportError:
+            return "no ninja (pip install ninja)"
+    return None
+
+
+def _load() -> Any:
+    """The extension module (built if needed), or None with the reason in ``_FAILURE``."""
+    global _MODULE, _FAILURE
+    if _MODULE is not None or _FAILURE:
+        return _MODULE
+    reason = _why_not()
+    if reason is None:
+        try:
+            _MODULE = build_and_load()
+        except Exception as err:  # a failed build leaves the Python path running
+            reason = f"{type(err).__name__}: {str(err)[-2000:]}"
+    _FAILURE = reason or ""
+    return _MODULE
+
+
+def module_for(library_path: Path, *, may_build: bool) -> Any:
+    """The extension module bound to ``library_path`` (one library at a time: another path
+    rebinds), or None when it is disabled or unavailable. ``may_build``: whether this call may
+    build it (``auto`` builds only for CUDA calls; ``PSA_TVM_TORCH_EXT=1`` always builds and
+    raises :class:`TorchExtensionError` when it cannot)."""
+    global _BOUND_PATH, _MODE
+    module = _MODULE
+    if module is not None and library_path is _BOUND_PATH and not _SUSPENDED:  # per call
+        return module
+    if _SUSPENDED:
+        return None
+    mode = _MODE or env.torch_ext_mode()
+    _MODE = mode
+    if mode == "0" or (module is None and not may_build and mode != "1"):
+        return None  # (CPU calls before any CUDA call: no lock, no build)
+    with _LOCK:
+        if _MODULE is None:
+            if _FAILURE or not (may_build or mode == "1"):
+                if mode == "1":
+                    raise TorchExtensionError(f"PSA_TVM_TORCH_EXT=1 but the PyTorch extension "
+                                              f"is unavailable: {_FAILURE}")
+                return None
+            if _load() is None:
+                if mode == "1":
+                    raise TorchExtensionError(f"PSA_TVM_TORCH_EXT=1 but the PyTorch extension "
+                                              f"is unavailable: {_FAILURE}")
+                return None
+        if library_path != _BOUND_PATH:
+            _MODULE.bind(str(library_path))
+        _BOUND_PATH = library_path
+        return _MODULE
+
+
+def unavailable_reason() -> str:
+    """Why the extension could not be built or loaded ("" when it was, or was not tried)."""
+    return _FAILURE
+
+
+def forget() -> None:
+    """Forget the binding and the mode read from ``$PSA_TVM_TORCH_EXT`` (the next call reads
+    and binds again); the extension itself stays loaded."""
+    global _BOUND_PATH, _MODE
+    with _LOCK:
+        _BOUND_PATH, _MODE = None, None
+
+
+def reset() -> None:
+    """Drop this module's reference to the extension (tests: the following calls take the
+    paths without it until a call builds or loads it again, which is then a cached load)."""
+    global _MODULE, _FAILURE, _BOUND_PATH, _MODE
+    with _LOCK:
+        _MODULE, _FAILURE, _BOUND_PATH, _MODE = None, "", None, None
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """Within: calls take the paths without the extension (benchmarks compare both)."""
+    global _SUSPENDED
+    previous, _SUSPENDED = _SUSPENDED, True
+    try:
+        yield
+    finally:
+        _SUSPENDED = previous

@@ -1,0 +1,235 @@
+"""The PyTorch extension (runtime/torch_ext.py, psa_torch_ext.cc): built against the installed
+torch, bound to the native library; merge / merge_backward / merge_attn with their allocation
+and autograd node in C++. CPU tests here (the extension's CPU path is the library's CPU
+kernels); the GPU tests run the same on CUDA tensors (exactness with canaries, the current
+side stream, CUDA graphs, autograd)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+
+import psa_tvm
+import psa_tvm.torch as pt
+from psa_tvm import reference
+from psa_tvm.errors import ArtifactNotFoundError
+from psa_tvm.runtime import native as native_rt
+from psa_tvm.runtime import torch_ext
+from tests.helpers import bitwise_equal, inputs, poisoned
+
+KD, NH = 32, 4
+C = 2 * NH * KD
+
+pytestmark = pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "g++")) is None or shutil.which("ninja") is None,
+    reason="the extension needs a C++ compiler and ninja")
+
+
+@pytest.fixture(scope="module")
+def ext(small_artifacts, tmp_path_factory):
+    """The extension, built once (into a temporary cache) and bound to the small directory's
+    library; dropped afterwards so that other modules run the paths without it."""
+    if native_rt.library_path(small_artifacts) is None:
+        pytest.skip("the native library was not built")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("PSA_TVM_ARTIFACTS", str(small_artifacts))
+    patch.setenv("PSA_TVM_TORCH_EXT", "1")
+    patch.setenv("PSA_TVM_CACHE", str(tmp_path_factory.mktemp("cache")))
+    native_rt.forget()
+    library = native_rt.load(small_artifacts)
+    module = torch_ext.module_for(library.path, may_build=True)
+    yield module
+    torch_ext.reset()
+    patch.undo()
+    native_rt.forget()
+
+
+def _merged_ref(lo, hi, height, width):
+    return reference.merge(lo, hi, NH, height, width)
+
+
+def _backward_ref(grad):
+    batch, n = grad.shape[0], grad.shape[2] * grad.shape[3]
+    g = grad.reshape(batch, NH, 2, KD, n).permute(0, 1, 2, 4, 3)
+    return (g[:, :, 0].reshape(batch * NH, n, KD).contiguous(),
+            g[:, :, 1].reshape(batch * NH, n, KD).contiguous())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", [(1, 20, 20), (2, 7, 13), (0, 5, 5)])
+def test_exact_forward_backward_and_autograd(ext, dtype, shape):
+    batch, height, width = shape
+    n = height * width
+    lo = inputs((batch * NH, n, KD), dtype, "cpu", 1)
+    hi = inputs((batch * NH, n, KD), dtype, "cpu", 2)
+    want = _merged_ref(lo, hi, height, width)
+    assert bitwise_equal(ext.merge(lo, hi, NH, height, width, None), want)
+    out = poisoned((batch, C, height, width), dtype, "cpu")
+    assert ext.merge(lo, hi, NH, height, width, out.tensor) is not None
+    assert bitwise_equal(out.tensor, want) and out.canaries_intact()
+    grad = inputs((batch, C, height, width), dtype, "cpu", 3)
+    ref_lo, ref_hi = _backward_ref(grad)
+    d_lo, d_hi = ext.merge_backward(grad, NH, KD, None, None)
+    assert bitwise_equal(d_lo, ref_lo) and bitwise_equal(d_hi, ref_hi)
+    given = poisoned((batch * NH, n, KD), dtype, "cpu")
+    d_lo, d_hi = ext.merge_backward(grad, NH, KD, given.tensor, None)
+    assert d_lo is given.tensor or d_lo.data_ptr() == given.tensor.data_ptr()
+    assert bitwise_equal(given.tensor, ref_lo) and given.canaries_intact()
+    assert bitwise_equal(d_hi, ref_hi)
+
+    x, y = lo.clone().requires_grad_(True), hi.clone().requires_grad_(True)
+    merged = ext.merge_attn(x, y, NH, height, width)
+    assert bitwise_equal(merged.detach(), want)
+    assert type(merged.grad_fn).__name__ == "CppFunction"  # the C++ autograd node
+    got_lo, got_hi = torch.autograd.grad(merged, (x, y), grad)
+    assert bitwise_equal(got_lo, ref_lo) and bitwise_equal(got_hi, ref_hi)
+    with torch.no_grad():
+        assert ext.merge_attn(x, y, NH, height, width).grad_fn is None
+
+
+def _bad_forward_cases():
+    lo = inputs((NH, 16, KD), torch.float32, "cpu")
+    return [
+        (lo.double(), lo.double(), NH, 4, 4),       # dtype
+        (lo, lo[:, :15], NH, 4, 4),                 # hi shape
+        (lo, lo, 3, 4, 4),                          # B*nh not divisible
+        (lo, lo, NH, 4, 5),                         # N != H*W
+        (lo[:, :, :16], lo[:, :, :16], NH, 4, 4),   # not contiguous / no build
+        (lo[0], lo[0], NH, 4, 4),                   # rank
+        (lo, lo, 0, 4, 4),                          # num_heads
+        (lo, lo, NH, -1, 4),                        # H
+        (lo, lo.half(), NH, 4, 4),                  # dtype mismatch
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_bad_forward_cases())))
+def test_errors_are_the_librarys(ext, small_artifacts, case):
+    """Every refusal: the library's exception type and message, nothing written."""
+    lib = native_rt.load(small_artifacts)
+    lo, hi, nh, height, width = _bad_forward_cases()[case]
+    with pytest.raises(Exception) as want:
+        lib.merge(lo, hi, nh, height, width, None)
+    for call in (lambda: ext.merge(lo, hi, nh, height, width, None),
+                 lambda: ext.merge_attn(lo.requires_grad_(lo.is_floating_point()), hi, nh,
+                                        height, width)):
+        with pytest.raises(Exception) as got:
+            call()
+        if isinstance(want.value, ArtifactNotFoundError):
+            assert isinstance(got.value, RuntimeError)
+            assert str(got.value).startswith("PsaArtifactNotFound")
+        else:
+            assert type(got.value) is type(want.value)
+            assert str(got.value) == str(want.value)
+        lo.requires_grad_(False)
+    out = poisoned((2, C, 4, 4), torch.float32, "cpu")
+    with pytest.raises((ValueError, TypeError)):
+        ext.merge(lo, hi[:, :3], NH, 4, 4, out.tensor)
+    assert out.canaries_intact() and torch.isnan(out.tensor).all()
+
+
+def test_public_functions_use_it_and_fall_back(ext, monkeypatch):
+    """psa_tvm.merge / merge_backward / psa_tvm.torch.merge_attn call the extension; a
+    configuration the library lacks falls back to the Python path (which says what to build)."""
+    calls = []
+
+    class Recorder:
+        def __getattr__(self, name):
+            def record(*args):
+                calls.append(name)
+                return getattr(ext, name)(*args)
+            return record
+
+    monkeypatch.setattr(torch_ext, "_MODULE", Recorder())
+    lo, hi = inputs((NH, 16, KD), torch.float32, "cpu", 1), inputs((NH, 16, KD),
+                                                                    torch.float32, "cpu", 2)
+    want = _merged_ref(lo, hi, 4, 4)
+    assert bitwise_equal(psa_tvm.merge(lo, hi, NH, 4, 4), want)
+    assert bitwise_equal(pt.merge_attn(lo, hi, NH, 4, 4), want)
+    d_lo, _ = psa_tvm.merge_backward(want, NH, KD)
+    assert bitwise_equal(d_lo, lo)
+    assert calls == ["merge", "merge_attn", "merge_backward"]
+    numpy = pytest.importorskip("numpy")
+    got = psa_tvm.merge(lo.numpy(), hi.numpy(), NH, 4, 4)  # not torch: the library directly
+    assert isinstance(got, numpy.ndarray) and calls == ["merge", "merge_attn", "merge_backward"]
+    small = inputs((3, 16, 8), torch.float32, "cpu")  # kd=8, nh=3: not in the library
+    with pytest.raises(ArtifactNotFoundError):
+        pt.merge_attn(small, small, 3, 4, 4)
+
+
+def test_disabled_by_the_environment(ext, small_artifacts, monkeypatch):
+    monkeypatch.setenv("PSA_TVM_TORCH_EXT", "0")
+    torch_ext.forget()
+    assert torch_ext.module_for(native_rt.load(small_artifacts).path, may_build=True) is None
+    monkeypatch.setenv("PSA_TVM_TORCH_EXT", "1")
+    torch_ext.forget()
+
+
+# ----------------------------------------------------------------------- GPU
+@pytest.fixture(scope="module")
+def gpu_ext():
+    from psa_tvm import ops
+
+    library = ops._load_native()
+    if not library:
+        pytest.skip("the artifact directory has no native library")
+    module = torch_ext.module_for(library.path, may_build=True)
+    if module is None:
+        pytest.skip(f"the extension is unavailable: {torch_ext.unavailable_reason()}")
+    return module
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("shape", [(2, 20, 20), (3, 37, 29), (1, 40, 40)])
+def test_gpu_exact_on_the_current_side_stream(gpu_ext, dtype, shape):
+    batch, height, width = shape
+    n = height * width
+    lo = inputs((batch * NH, n, KD), dtype, "cuda", 1)
+    hi = inputs((batch * NH, n, KD), dtype, "cuda", 2)
+    grad = inputs((batch, C, height, width), dtype, "cuda", 3)
+    out = poisoned((batch, C, height, width), dtype, "cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(2_000_000)  # a launch on the wrong stream would run before this
+        gpu_ext.merge(lo, hi, NH, height, width, out.tensor)
+        fresh = gpu_ext.merge_attn(lo, hi, NH, height, width)
+        d_lo, d_hi = gpu_ext.merge_backward(grad, NH, KD, None, None)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    want = _merged_ref(lo.cpu(), hi.cpu(), height, width)
+    assert bitwise_equal(out.tensor.cpu(), want) and out.canaries_intact()
+    assert bitwise_equal(fresh.cpu(), want)
+    ref_lo, ref_hi = _backward_ref(grad.cpu())
+    assert bitwise_equal(d_lo.cpu(), ref_lo) and bitwise_equal(d_hi.cpu(), ref_hi)
+
+
+@pytest.mark.gpu
+def test_gpu_autograd_and_cuda_graph(gpu_ext):
+    lo = inputs((2 * NH, 400, KD), torch.float16, "cuda", 1).requires_grad_(True)
+    hi = inputs((2 * NH, 400, KD), torch.float16, "cuda", 2).requires_grad_(True)
+    grad = inputs((2, C, 20, 20), torch.float16, "cuda", 3)
+    merged = pt.merge_attn(lo, hi, NH, 20, 20)  # the public op takes the extension
+    assert type(merged.grad_fn).__name__ == "CppFunction"
+    d_lo, d_hi = torch.autograd.grad(merged, (lo, hi), grad)
+    ref_lo, ref_hi = _backward_ref(grad.cpu())
+    assert bitwise_equal(d_lo.cpu(), ref_lo) and bitwise_equal(d_hi.cpu(), ref_hi)
+
+    static_lo, static_hi = lo.detach().clone(), hi.detach().clone()
+    out = torch.empty(2, C, 20, 20, dtype=torch.float16, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        gpu_ext.merge(static_lo, static_hi, NH, 20, 20, out)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        gpu_ext.merge(static_lo, static_hi, NH, 20, 20, out)
+    out.zero_()
+    static_lo.copy_(inputs(static_lo.shape, torch.float16, "cuda", 7))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert bitwise_equal(out.cpu(), _merged_ref(static_lo.cpu(), static_hi.cpu(), 20, 20))
