@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from psa_tvm import ops
 from psa_tvm.layouts import GATHER_OUTPUT, STREAM_OPS
 from psa_tvm.runtime import native as native_rt
+from psa_tvm.runtime import torch_ext
 
 __all__ = ["BACKENDS", "merge_heads", "merge_heads2", "psa_attention", "resolve_backend",
            "split_heads"]
@@ -521,10 +522,22 @@ def _cuda_inference(backend: str, qkv: torch.Tensor, num_heads: int, key_dim: in
                     height: int, width: int) -> torch.Tensor:
     """The flash/cuDNN forward for eager CUDA tensors, with the layout kernels launched
     directly (psa_attention has checked the arguments; the ops' own checks and dispatch are
-    host time that batch-1 inference pays on every call). Same kernels, same result."""
+    host time that batch-1 inference pays on every call). Same kernels, same result; in one
+    C++ call where the PyTorch extension is built (runtime/torch_ext.py)."""
+    qkv = _contig(qkv)
+    native = ops._NATIVE if ops._NATIVE is not None else ops._load_native()
+    if native and native.stream_run is not None:
+        ext = torch_ext.module_for(native.path, may_build=True)
+        if ext is not None:
+            try:
+                return ext.attention_inference(qkv, num_heads, key_dim, height, width,
+                                               backend == "flash")
+            except RuntimeError as err:
+                if not str(err).startswith("PsaArtifactNotFound"):
+                    raise
     batch, n = qkv.shape[0], height * width
     p = qkv.new_empty((batch, n, num_heads, 4 * key_dim))
-    _launch("qkv", 1, (_contig(qkv), p), batch, n, num_heads, key_dim)
+    _launch("qkv", 1, (qkv, p), batch, n, num_heads, key_dim)
     out = qkv.new_empty((batch, 2 * num_heads * key_dim, height, width))
     scale = key_dim ** -0.5
     if backend == "cudnn":

@@ -233,3 +233,29 @@ def test_gpu_autograd_and_cuda_graph(gpu_ext):
     graph.replay()
     torch.cuda.synchronize()
     assert bitwise_equal(out.cpu(), _merged_ref(static_lo.cpu(), static_hi.cpu(), 20, 20))
+
+
+def test_attention_inference_needs_the_layout_family(ext):
+    """A library without the attention layout family: a missing-build error, on which
+    psa_tvm.attention runs its Python launches."""
+    qkv = inputs((1, 4 * NH * KD, 4, 4), torch.float16, "cpu")
+    with pytest.raises(RuntimeError, match=r"^PsaArtifactNotFound"):
+        ext.attention_inference(qkv, NH, KD, 4, 4, False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cudnn", "flash"])
+@pytest.mark.parametrize("shape", [(2, 20, 20), (1, 37, 29)])
+def test_gpu_attention_inference_equals_the_python_path(gpu_ext, backend, shape):
+    from psa_tvm import attention as A
+
+    batch, height, width = shape
+    qkv = inputs((batch, 4 * NH * KD, height, width), torch.float16, "cuda")
+    with torch.inference_mode():
+        direct = gpu_ext.attention_inference(qkv, NH, KD, height, width, backend == "flash")
+        public = A.psa_attention(qkv, NH, KD, height, width, backend)
+        with torch_ext.suspended():
+            python = A.psa_attention(qkv, NH, KD, height, width, backend)
+    trained = A.psa_attention(qkv.clone().requires_grad_(True), NH, KD, height, width, backend)
+    assert bitwise_equal(direct, python) and bitwise_equal(public, python)
+    assert bitwise_equal(python, trained.detach())

@@ -23,6 +23,9 @@
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/c_env_api.h>
 
+#include <cmath>
+#include <initializer_list>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -34,6 +37,9 @@ struct Bound {
   std::mutex mu;
   TVMFFISafeCallType merge = nullptr;            // (lo, hi, num_heads, H, W, out|None)
   TVMFFISafeCallType backward_grads = nullptr;   // (d_merged, num_heads, key_dim, d_lo, d_hi)
+  // The attention layout family (psa_tvm/layouts.py; absent in older libraries):
+  TVMFFISafeCallType stream_run = nullptr;  // (op, pass, batch, n, num_heads, key_dim, *tensors)
+  int64_t op_qkv = -1, op_attn = -1, op_attn_flash = -1;  // indices into its stream_ops
 };
 
 Bound& bound() {
@@ -41,7 +47,7 @@ Bound& bound() {
   return b;
 }
 
-void Bind(const std::string& path) {
+void Bind(const std::string& path, const std::map<std::string, int64_t>& stream_ops) {
   Bound& b = bound();
   std::lock_guard<std::mutex> lock(b.mu);
   // tvm_ffi has loaded the library already (psa_tvm.runtime.native): this takes a reference.
@@ -54,6 +60,14 @@ void Bind(const std::string& path) {
               " has no merge / merge_backward_grads exports");
   b.merge = merge;
   b.backward_grads = grads;
+  b.stream_run = reinterpret_cast<TVMFFISafeCallType>(dlsym(handle, "__tvm_ffi_stream_run"));
+  auto index = [&](const char* name) {
+    auto it = stream_ops.find(name);
+    return it == stream_ops.end() ? int64_t{-1} : it->second;
+  };
+  b.op_qkv = index("qkv");
+  b.op_attn = index("attn");
+  b.op_attn_flash = index("attn_flash");
 }
 
 // A DLTensor view of an ATen tensor (no copy, no allocation; valid while `t` lives).
@@ -110,7 +124,7 @@ class Args {
     a.v_int64 = 0;
     return a;
   }
-  DLTensor tensors_[4];
+  DLTensor tensors_[8];
   int num_tensors_ = 0;
   std::vector<TVMFFIAny> args_;
 };
@@ -232,6 +246,54 @@ at::Tensor MergeAttn(const at::Tensor& lo, const at::Tensor& hi, int64_t num_hea
   return Merge(lo, hi, num_heads, height, width, c10::nullopt);
 }
 
+// One layout-family kernel (psa_tvm/layouts.py): tensors in the op's order, output last.
+void StreamRun(int64_t op, int64_t pass, int64_t batch, int64_t n, int64_t num_heads,
+               int64_t key_dim, std::initializer_list<at::Tensor> tensors) {
+  const Bound& b = bound();
+  TORCH_CHECK(b.stream_run != nullptr && op >= 0, "PsaArtifactNotFound: the bound native "
+              "library has no attention layout family (rebuild with psa-tvm build --attention)");
+  Args args;
+  for (int64_t v : {op, pass, batch, n, num_heads, key_dim}) args.Int(v);
+  for (const at::Tensor& t : tensors) args.Tensor(t);
+  Call(b.stream_run, args, *tensors.begin());
+}
+
+// ``[B, nh, N, count*kd]`` view of the packed ``p [B, N, nh, 4*kd]`` at chunk ``first``.
+at::Tensor Chunk(const at::Tensor& p, int64_t key_dim, int64_t first, int64_t count) {
+  return p.as_strided({p.size(0), p.size(2), p.size(1), count * key_dim},
+                      {p.stride(0), p.stride(2), p.stride(1), 1},
+                      p.storage_offset() + first * key_dim);
+}
+
+// psa_tvm.attention._cuda_inference in C++ (the same kernels and calls, in the same order):
+// pack -> cuDNN on the full V (or two flash calls) -> back to NCHW. psa_attention has checked
+// the arguments; one call instead of a dozen Python-level torch calls (batch-1 YOLO
+// inference is host-bound).
+at::Tensor AttentionInference(const at::Tensor& qkv, int64_t num_heads, int64_t key_dim,
+                              int64_t height, int64_t width, bool flash) {
+  const Bound& b = bound();
+  const int64_t batch = qkv.size(0), n = height * width;
+  at::Tensor p = at::empty({batch, n, num_heads, 4 * key_dim}, qkv.options());
+  StreamRun(b.op_qkv, 1, batch, n, num_heads, key_dim, {qkv, p});
+  at::Tensor out = at::empty({batch, 2 * num_heads * key_dim, height, width}, qkv.options());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(key_dim));
+  const at::Tensor q = Chunk(p, key_dim, 0, 1), k = Chunk(p, key_dim, 1, 1);
+  if (!flash) {
+    const at::Tensor o = std::get<0>(at::_scaled_dot_product_cudnn_attention(
+        q, k, Chunk(p, key_dim, 2, 2), c10::nullopt, false, 0.0, false, false, scale));
+    StreamRun(b.op_attn, 0, batch, n, num_heads, key_dim,
+              {o.transpose(1, 2).contiguous(), out});
+    return out;
+  }
+  const at::Tensor lo = std::get<0>(at::_scaled_dot_product_flash_attention(
+      q, k, Chunk(p, key_dim, 2, 1), 0.0, false, false, scale));
+  const at::Tensor hi = std::get<0>(at::_scaled_dot_product_flash_attention(
+      q, k, Chunk(p, key_dim, 3, 1), 0.0, false, false, scale));
+  StreamRun(b.op_attn_flash, 0, batch, n, num_heads, key_dim,
+            {lo.transpose(1, 2).contiguous(), hi.transpose(1, 2).contiguous(), out});
+  return out;
+}
+
 }  // namespace
 
 // A Python module (pybind11), not a torch.library op: calling a custom op from Python parses
@@ -239,9 +301,11 @@ at::Tensor MergeAttn(const at::Tensor& lo, const at::Tensor& hi, int64_t num_hea
 // torch.compile, export and tensor subclasses keep using the torch.library op
 // psa_tvm::merge_attn; this module serves eager calls on plain tensors only.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("bind", &Bind, "Bind to a native library (its path)");
+  m.def("bind", &Bind, "bind(path, stream_ops): bind to a native library");
   m.def("merge", &Merge, "merge(lo, hi, num_heads, H, W, out) -> out (allocated when None)");
   m.def("merge_backward", &MergeBackward,
         "merge_backward(d_merged, num_heads, key_dim, d_lo, d_hi) -> (d_lo, d_hi)");
   m.def("merge_attn", &MergeAttn, "merge_attn(lo, hi, num_heads, H, W) -> merged");
+  m.def("attention_inference", &AttentionInference,
+        "attention_inference(qkv, num_heads, key_dim, H, W, flash) -> [B, nh*2*kd, H, W]");
 }

@@ -129,7 +129,11 @@ def module_for(library_path: Path, *, may_build: bool) -> Any:
                                               f"is unavailable: {_FAILURE}")
                 return None
         if library_path != _BOUND_PATH:
-            _MODULE.bind(str(library_path))
+            from psa_tvm.runtime import native as native_rt
+
+            library = native_rt.load(library_path.parent)
+            stream_ops = library.stream_ops if library is not None else {}
+            _MODULE.bind(str(library_path), stream_ops)
         _BOUND_PATH = library_path
         return _MODULE
 
