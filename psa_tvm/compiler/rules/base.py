@@ -53,7 +53,11 @@ class ScheduleRule(ABC):
 
 
 def params_as_dict(params: Any) -> dict[str, Any]:
-    return dataclasses.asdict(params)
+    """The params as the manifest and tuned tables store them. A field added later with
+    ``metadata={"omit_default": True}`` is left out at its default, so the builds and tables
+    written before it keep their digests and still compare equal."""
+    return {f.name: getattr(params, f.name) for f in dataclasses.fields(params)
+            if not (f.metadata.get("omit_default") and getattr(params, f.name) == f.default)}
 
 
 def new_schedule(func: PrimFunc) -> tuple[s_tir.Schedule, str]:

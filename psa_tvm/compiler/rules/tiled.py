@@ -24,7 +24,7 @@ per warp access, which the sm_90 tuning preferred for the backward pass.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from tvm.tirx import PrimFunc
@@ -53,6 +53,14 @@ class TiledParams:
     """Bytes per global access; 16 gives ``LDG.128``/``STG.128``."""
     pad_bytes: int = 16
     """Padding of each shared-memory tile row, in bytes."""
+    slices_on_x: bool = field(default=False, metadata={"omit_default": True})
+    """Launch the ``(b, h, s)`` slices along ``blockIdx.x`` and the spatial tiles along
+    ``blockIdx.y`` (default: the reverse). CTAs launched together then share a spatial tile,
+    so the layout family's ``[B, N, nh, S*kd]`` side, whose rows hold every head and stream,
+    is written (or read) row by row. The grid's y limit (65535) then caps ``N / tile_n``
+    instead of ``B*nh*S``. On the H200 it gained up to 0.04 of copy at 13-40 MB moved and lost
+    0.02-0.17 at 200-1000 MB (docs/attention.md). Left out of the stored params when ``False``,
+    so older builds' digests and tuned tables stay as they were."""
 
 
 def _pow2_floor(x: int) -> int:
@@ -121,8 +129,8 @@ class Tiled(ScheduleRule):
         bhs = sch.fuse(b, h, s)
         n_tile, n_in = sch.split(n, [None, params.tile_n])
         sch.reorder(bhs, n_tile, n_in, d)
-        sch.bind(n_tile, "blockIdx.x")
-        sch.bind(bhs, "blockIdx.y")
+        sch.bind(n_tile, "blockIdx.y" if params.slices_on_x else "blockIdx.x")
+        sch.bind(bhs, "blockIdx.x" if params.slices_on_x else "blockIdx.y")
 
         if pass_ == "forward":
             staged = sch.cache_write(block, 0, "shared")

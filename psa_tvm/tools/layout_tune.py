@@ -1,0 +1,333 @@
+"""Tuning the attention layout family's ``tiled`` parameters (issue 10: >= 0.95 of a copy).
+
+Two halves, run on two machines:
+
+- ``build`` (needs TVM, no GPU): one artifact directory per candidate ``TiledParams`` for each
+  family op and configuration. Candidate builds hold only the kernel a benchmark shape runs
+  (16-byte accesses on both sides, int32 indexing, sm_90), which makes a grid of them cheap to
+  compile; the chosen parameters are then built in full by ``psa-tvm build --attention``.
+- ``time`` (needs a CUDA GPU and torch, no TVM): every candidate and the defaults at the
+  benchmark shapes, GPU kernel time from torch.profiler against a device copy of the output's
+  size, bytes read + written (as :func:`psa_tvm.tools.bench_attention.bench_layout`).
+  Candidates are timed in one profiler session per shape, interleaved in rounds (the host's
+  load drifts), each keeping its best round.
+
+``python -m psa_tvm.tools.layout_tune build -o DIR`` / ``... time DIR --out OUT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+from psa_tvm.config import OpConfig
+from psa_tvm.layouts import GATHER_OUTPUT, SCATTER_OUTPUT, STREAM_OPS
+
+# (dim, batch, H=W) of issue 10's layout measurements; nh = dim // 64, kd = 32.
+SHAPES = ((384, 16, 40), (256, 64, 80), (256, 16, 40), (384, 32, 20))
+KEY_DIM = 32
+
+
+def candidate_params(config: OpConfig) -> Iterator[dict]:
+    """The grid: tile sizes, threads, threads per kd-row (1..4: the bnhd side's rows are
+    ``kd`` elements strided by ``nh*S*kd``, so a warp touching fewer rows with wider pieces
+    may coalesce better), row padding. Invalid combinations are left out by the rule's own
+    check."""
+    from psa_tvm.compiler.rules.tiled import Tiled, TiledParams
+
+    rule = Tiled()
+    for slices_on_x, tile_n, threads, row_threads, pad in itertools.product(
+            (False, True), (64, 128, 256), (128, 256), (1, 2, 4), (16, 32)):
+        params = TiledParams(tile_n=tile_n, threads=threads, row_threads=row_threads,
+                             pad_bytes=pad, slices_on_x=slices_on_x)
+        try:
+            rule.check_params(config, params)
+        except ValueError:
+            continue
+        yield asdict(params)
+
+
+def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
+          jobs: int) -> None:
+    from psa_tvm.compiler import artifact
+    from psa_tvm.compiler.artifact import BuildRequest, build_artifacts
+    from psa_tvm.compiler.rules.tiled import TiledParams
+
+    # Candidates: the widest kernel only (the benchmark shapes are multiples of 8 with aligned
+    # data), int32. Patched for this process only: full builds are the normal ones.
+    artifact.variant_widths = lambda full, index_dtype: [(full, full)]
+    artifact.INDEX_DTYPES = ("int32",)
+    requests = []
+    for nh, dtype, op in itertools.product(num_heads, dtypes, ops):
+        config = OpConfig(KEY_DIM, nh, dtype)
+        for params in candidate_params(config):
+            requests.append(BuildRequest(config, "tiled", TiledParams(**params),
+                                         preferred=False, op=op))
+    print(f"{len(requests)} candidate builds", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    from psa_tvm.compiler.rules.tiled import Tiled
+    (out / "defaults.json").write_text(json.dumps(
+        {OpConfig(KEY_DIM, nh, d).tag: asdict(Tiled().default_params(OpConfig(KEY_DIM, nh, d)))
+         for nh, d in itertools.product(num_heads, dtypes)}))
+    start = time.perf_counter()
+    build_artifacts(requests, out, ["sm_90"], jobs=jobs, keep_going=True, native=False)
+    print(f"built in {time.perf_counter() - start:.0f} s", flush=True)
+
+
+# ----------------------------------------------------------------------------- GPU half
+# Shapes per stage: issue 10's four first, then num_heads 2 and 8.
+EXTRA_SHAPES = ((128, 64, 80), (128, 16, 40), (512, 16, 40), (512, 8, 80))
+
+
+def params_key(params: dict) -> str:
+    return (f"t{params['tile_n']}/{params['threads']}/r{params['row_threads']}/"
+            f"p{params['pad_bytes']}" + ("/x" if params.get("slices_on_x") else ""))
+
+
+def _profile_rounds(calls: dict, iters: int, rounds: int) -> dict:
+    """Best per-call GPU time (us) of each call over ``rounds`` interleaved rounds of ``iters``
+    launches each, in one profiler session (kernels split in launch order); one session per
+    call if the kernel count is not the expected one."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    def session(keys: list, n_rounds: int) -> dict | None:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(n_rounds):
+                for key in keys:
+                    for _ in range(iters):
+                        calls[key]()
+            torch.cuda.synchronize()
+        events = sorted((e for e in prof.events()
+                         if e.device_type == torch.autograd.DeviceType.CUDA),
+                        key=lambda e: e.time_range.start)
+        if len(events) != n_rounds * len(keys) * iters:
+            return None
+        best: dict = {}
+        for i, key in enumerate(keys * n_rounds):
+            chunk = events[i * iters:(i + 1) * iters]
+            per_call = sum(e.time_range.elapsed_us() for e in chunk) / iters
+            best[key] = min(best.get(key, float("inf")), per_call)
+        return best
+
+    for fn in calls.values():  # warm-up: module loads, plans
+        fn()
+    torch.cuda.synchronize()
+    best = session(list(calls), rounds)
+    if best is None:
+        best = {}
+        for key in calls:
+            one = session([key], rounds)
+            if one is not None:
+                best.update(one)
+    return best
+
+
+def _bits(t):
+    import torch
+
+    return t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)
+
+
+def time_pass(name: str, pass_: str, dim: int, batch: int, size: int, dtype_name: str,
+              cands: dict, root_of: dict, iters: int, rounds: int) -> list[dict]:
+    """Every candidate build in ``cands`` (key -> BuildSpec) of one op pass at one shape."""
+    import torch
+
+    from psa_tvm.runtime.stream_op import PsaStreamRuntimeOp
+
+    op = STREAM_OPS[name]
+    nh, n = dim // 64, size * size
+    dtype = getattr(torch, dtype_name)
+    stream = torch.cuda.current_stream().cuda_stream
+    shapes = op.kernel_shapes(pass_, batch, n, nh, KEY_DIM)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    tensors = {t: torch.randn(s, device="cuda", dtype=dtype, generator=gen)
+               for t, s in shapes.items()}
+    output = GATHER_OUTPUT if pass_ == "forward" else SCATTER_OUTPUT
+    read = sum(t.numel() for k, t in tensors.items() if k != output)
+    src = torch.randn(tensors[output].numel(), device="cuda", dtype=dtype, generator=gen)
+    dst = torch.empty_like(src)
+    calls = {"copy": lambda: dst.copy_(src)}
+    for key, build in cands.items():
+        runtime = PsaStreamRuntimeOp(name, KEY_DIM, nh, dtype_name, artifacts=root_of[key])
+        runtime._builds = {p: build for p in op.passes}  # this candidate, both passes
+
+        def call(runtime=runtime):
+            runtime.launch(pass_, tensors, batch, n, stream)
+        calls[key] = call
+    best = _profile_rounds(calls, iters, rounds)
+    # Every candidate must write what the first one writes (outputs poisoned first).
+    reference, wrong = None, set()
+    for key in cands:
+        tensors[output].fill_(float("nan"))
+        calls[key]()
+        got = _bits(tensors[output]).clone()
+        if reference is None:
+            reference = got
+        elif not torch.equal(got, reference):
+            wrong.add(key)
+    moved = (read + dst.numel()) * src.element_size()
+    copy_gbps = 2 * dst.numel() * src.element_size() / best["copy"] / 1e3
+    return [{"op": name, "pass": pass_, "dim": dim, "nh": nh, "batch": batch, "size": size,
+             "dtype": dtype_name, "cand": key, "params": cands[key].schedule_params,
+             "mbytes": round(moved / 1e6, 1),
+             "kernel_us": round(us, 2), "copy_us": round(best["copy"], 2),
+             "fraction": round(moved / us / 1e3 / copy_gbps, 4), "mismatch": key in wrong}
+            for key, us in best.items() if key != "copy"]
+
+
+def time_candidates(roots: list[Path], out: Path, iters: int, rounds: int, top: int,
+                    budget_s: float) -> tuple[list[dict], dict]:
+    """float16: every candidate at every shape; bfloat16: the ``top`` float16 winners per
+    (op, pass, num_heads) plus the default."""
+    from psa_tvm.runtime.manifest import Manifest
+
+    start = time.perf_counter()
+    builds: dict = {}  # (op, nh, dtype) -> {key: build}
+    root_of: dict = {}
+    defaults: dict = {}
+    for root in roots:
+        if (root / "defaults.json").is_file():
+            defaults.update(json.loads((root / "defaults.json").read_text()))
+        for b in Manifest.load(root).builds:
+            if b.op != "merge" and b.config.key_dim == KEY_DIM:
+                key = params_key(b.schedule_params)
+                builds.setdefault((b.op, b.config.num_heads, b.config.dtype), {})[key] = b
+                root_of[key, b.op, b.config.num_heads, b.config.dtype] = root
+    records: list[dict] = []
+
+    def stage(dtype_name: str, pick) -> None:
+        for dim, batch, size in (*SHAPES, *EXTRA_SHAPES):
+            nh = dim // 64
+            for name, op in STREAM_OPS.items():
+                cands = builds.get((name, nh, dtype_name))
+                if not cands:
+                    continue
+                for pass_ in op.passes:
+                    chosen = pick(name, pass_, nh, cands)
+                    if time.perf_counter() - start > budget_s:
+                        records.append({"skipped": f"budget: {dtype_name} {name} {pass_} "
+                                                   f"{dim},{batch},{size}"})
+                        return
+                    try:
+                        records.extend(time_pass(
+                            name, pass_, dim, batch, size, dtype_name, chosen,
+                            {k: root_of[k, name, nh, dtype_name] for k in chosen},
+                            iters, rounds))
+                    except Exception as err:  # keep going: one failure loses one row
+                        records.append({"op": name, "pass": pass_, "dim": dim, "batch": batch,
+                                        "size": size, "dtype": dtype_name,
+                                        "error": f"{type(err).__name__}: {str(err)[:300]}"})
+                    (out / "layout_tune.json").write_text(json.dumps(
+                        {"defaults": defaults, "records": records}, indent=0))
+            print(f"{dtype_name} {dim},{batch},{size} done at "
+                  f"{time.perf_counter() - start:.0f} s", flush=True)
+
+    stage("float16", lambda name, pass_, nh, cands: cands)
+
+    def top_of(name: str, pass_: str, nh: int, cands: dict) -> dict:
+        default = params_key(defaults.get(OpConfig(KEY_DIM, nh, "float16").tag, {}) or {
+            "tile_n": 0, "threads": 0, "row_threads": 0, "pad_bytes": 0})
+        ranked = rank(records, name, pass_, nh, "float16")
+        keys = [k for k in ranked[:top] if k in cands]
+        keys += [k for k in cands if k == default and k not in keys]
+        return {k: cands[k] for k in keys}
+
+    stage("bfloat16", top_of)
+    return records, defaults
+
+
+def rank(records: list[dict], name: str, pass_: str, nh: int, dtype: str) -> list[str]:
+    """Candidates of one (op, pass, nh, dtype) by their worst fraction over the shapes timed,
+    then their mean (mismatching ones left out)."""
+    per: dict = {}
+    shapes = set()
+    for r in records:
+        if (r.get("op"), r.get("pass"), r.get("nh"), r.get("dtype")) == (name, pass_, nh, dtype) \
+                and "cand" in r:
+            shapes.add((r["dim"], r["batch"], r["size"]))
+            if not r["mismatch"]:
+                per.setdefault(r["cand"], []).append(r["fraction"])
+    full = {k: v for k, v in per.items() if len(v) == len(shapes)}
+    return sorted(full, key=lambda k: (-min(full[k]), -sum(full[k])))
+
+
+def table(records: list[dict], defaults: dict) -> str:
+    """Per (op, pass, dtype, nh): the default's fraction of copy per shape, the best single
+    parameters (best worst case over the shapes) and theirs, and the best per shape."""
+    rows = ["| op/pass | dtype nh | shapes (dim,B,HxW) | default | best params | best | "
+            "best per shape |", "|---|---|---|---|---|---|---|"]
+    groups: dict = {}
+    for r in records:
+        if "cand" in r:
+            groups.setdefault((r["op"], r["pass"], r["dtype"], r["nh"]), []).append(r)
+    for (name, pass_, dtype, nh), recs in sorted(groups.items()):
+        shapes = sorted({(r["dim"], r["batch"], r["size"]) for r in recs}, reverse=True)
+        frac = {(r["cand"], (r["dim"], r["batch"], r["size"])): r["fraction"] for r in recs}
+        default = params_key(defaults.get(OpConfig(KEY_DIM, nh, dtype).tag)
+                             or defaults.get(OpConfig(KEY_DIM, nh, "float16").tag)
+                             or {"tile_n": 0, "threads": 0, "row_threads": 0, "pad_bytes": 0})
+        ranked = rank(records, name, pass_, nh, dtype)
+        if not ranked:
+            continue
+        best = ranked[0]
+
+        def fmt(key: str, frac: dict = frac, shapes: list = shapes) -> str:
+            return " ".join(f"{frac.get((key, s), float('nan')):.2f}" for s in shapes)
+
+        per_shape = []
+        for s in shapes:
+            ok = [r["fraction"] for r in recs
+                  if (r["dim"], r["batch"], r["size"]) == s and not r["mismatch"]]
+            per_shape.append(f"{max(ok):.2f}" if ok else "nan")
+        bad = sum(r["mismatch"] for r in recs)
+        shape_text = " ".join(f"{d},{b},{h}" for d, b, h in shapes)
+        note = f" ({bad} MISMATCH)" if bad else ""
+        rows.append(f"| {name}/{pass_} | {dtype} {nh} | {shape_text} | {fmt(default)} | "
+                    f"{best} | {fmt(best)} | {' '.join(per_shape)}{note} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m psa_tvm.tools.layout_tune",
+                                     description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("-o", "--out", required=True)
+    b.add_argument("--num-heads", type=int, nargs="+", default=[4, 6])
+    b.add_argument("--dtypes", nargs="+", default=["float16"])
+    b.add_argument("--ops", nargs="+", default=list(STREAM_OPS))
+    b.add_argument("-j", "--jobs", type=int, default=1)
+    t = sub.add_parser("time")
+    t.add_argument("roots", nargs="+", help="artifact directories written by `build`")
+    t.add_argument("--out", default="layout-tune")
+    t.add_argument("--iters", type=int, default=10)
+    t.add_argument("--rounds", type=int, default=3)
+    t.add_argument("--top", type=int, default=3, help="bfloat16: the float16 top N + default")
+    t.add_argument("--budget-s", type=float, default=120.0)
+    args = parser.parse_args(argv)
+    if args.cmd == "build":
+        build(Path(args.out), args.num_heads, args.dtypes, args.ops, args.jobs)
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    records, defaults = time_candidates([Path(r) for r in args.roots], out, args.iters,
+                                        args.rounds, args.top, args.budget_s)
+    text = table(records, defaults)
+    (out / "layout_tune.md").write_text(text + "\n")
+    print(text)
+    errors = [r for r in records if "error" in r or "skipped" in r]
+    for r in errors[:10]:
+        print(r)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

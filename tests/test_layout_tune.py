@@ -1,0 +1,81 @@
+"""The layout family's tuning tool (CPU only): the tiled rule's ``slices_on_x`` option, the
+candidate grid and the ranking of a timing run. The GPU timings themselves are in
+docs/attention.md (``python -m psa_tvm.tools.layout_tune time`` on the H200)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from psa_tvm.config import OpConfig
+from psa_tvm.tools import layout_tune
+
+pytest.importorskip("tvm")
+
+from psa_tvm.compiler.artifact import BuildRequest, build_artifacts
+from psa_tvm.compiler.rules import get_rule
+from psa_tvm.compiler.rules.base import params_as_dict
+from psa_tvm.compiler.rules.tiled import TiledParams
+
+CONFIG = OpConfig(32, 4, "float16")
+SWAPPED = TiledParams(tile_n=64, threads=128, row_threads=4, slices_on_x=True)
+
+
+def test_a_new_option_at_its_default_leaves_the_stored_params_as_they_were():
+    """Builds and tuned tables written before ``slices_on_x`` keep their digests and still
+    compare equal; the option round-trips when set."""
+    default = get_rule("tiled").default_params(CONFIG)
+    assert params_as_dict(default) == {"tile_n": 128, "threads": 128, "row_threads": 2,
+                                       "vec_bytes": 16, "pad_bytes": 16}
+    assert BuildRequest(CONFIG, "tiled", op="attn").stem == "kd32_nh4_float16/attn-tiled-7a4df693"
+    assert params_as_dict(SWAPPED)["slices_on_x"] is True
+    for params in (default, SWAPPED):
+        assert get_rule("tiled").params_from_dict(params_as_dict(params)) == params
+
+
+def test_slices_on_x_swaps_the_grid(tmp_path):
+    build_artifacts([BuildRequest(CONFIG, "tiled", op="attn"),
+                     BuildRequest(CONFIG, "tiled", SWAPPED, op="attn")], tmp_path, ["sm_90"],
+                    native=False)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    grids = {b["schedule_params"].get("slices_on_x", False): {tuple(k["grid"][:2])
+                                                              for k in b["kernels"]}
+             for b in manifest["builds"]}
+    # attn: S = 2 streams per head, so B * 8 slices; int64 kernels spell it B * T.int64(8)
+    slices = {f"B * {CONFIG.num_heads * 2}", f"B * T.int64({CONFIG.num_heads * 2})"}
+    assert all(y in slices and x.startswith("NV + ") for x, y in grids[False])
+    assert all(x in slices and y.startswith("NV + ") for x, y in grids[True])
+
+
+def test_the_candidate_grid_holds_the_default_and_only_valid_params():
+    rule = get_rule("tiled")
+    for dtype in ("float16", "bfloat16"):
+        config = OpConfig(32, 6, dtype)
+        grid = [TiledParams(**p) for p in layout_tune.candidate_params(config)]
+        assert len(grid) == len(set(grid)) == 56
+        assert rule.default_params(config) in grid
+        for params in grid:
+            rule.check_params(config, params)
+
+
+def _record(cand: str, fraction: float, dim: int, batch: int, size: int,
+            mismatch: bool = False) -> dict:
+    return {"op": "attn", "pass": "forward", "dim": dim, "nh": dim // 64, "batch": batch,
+            "size": size, "dtype": "float16", "cand": cand, "fraction": fraction,
+            "mismatch": mismatch}
+
+
+def test_ranking_takes_the_best_worst_case_and_skips_wrong_or_partial_candidates():
+    shapes = ((256, 64, 80), (256, 16, 40))
+    records = [_record("steady", f, *s) for f, s in zip((0.90, 0.88), shapes, strict=True)]
+    records += [_record("peaky", f, *s) for f, s in zip((0.97, 0.80), shapes, strict=True)]
+    records += [_record("wrong", f, *s, mismatch=True)
+                for f, s in zip((0.99, 0.99), shapes, strict=True)]
+    records += [_record("partial", 0.99, *shapes[0])]
+    assert layout_tune.rank(records, "attn", "forward", 4, "float16") == ["steady", "peaky"]
+    default = {"tile_n": 0, "threads": 0, "row_threads": 0, "pad_bytes": 0}
+    assert layout_tune.params_key({**default, "slices_on_x": True}) == "t0/0/r0/p0/x"
+    table = layout_tune.table(records, {CONFIG.tag: default})
+    assert "| attn/forward | float16 4 | 256,64,80 256,16,40 | nan nan | steady | 0.90 0.88 |" \
+        in table and "(2 MISMATCH)" in table
