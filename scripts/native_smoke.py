@@ -44,8 +44,42 @@ def main() -> int:
             ok &= all(torch.equal(t, expected) for t in (out, fresh, attn))
             ok &= all(torch.equal(a, b) for a, b in ((d_lo, lo), (d_hi, hi), (g_lo, lo),
                                                      (g_hi, hi)))
+    ok &= _layout_family(lib, side)
     print("native smoke:", "exact" if ok else "WRONG")
     return 0 if ok else 1
+
+
+def _layout_family(lib, side) -> bool:
+    """Every op and pass of the attention layout family through stream_run (the library's
+    packed entry), on a tail grid; the pack and the attention merge checked against torch."""
+    if lib.stream_run is None:
+        return True
+    from psa_tvm.layouts import STREAM_OPS
+
+    nh, kd, ok = 4, 32, True
+    for dtype in (torch.float16, torch.float32):
+        batch, height, width = 2, 7, 9
+        n = height * width
+        for name, op in STREAM_OPS.items():
+            for pass_index, pass_ in enumerate(("forward", "backward")):
+                if pass_ not in op.passes:
+                    continue
+                shapes = op.kernel_shapes(pass_, batch, n, nh, kd)
+                names = op.tensor_names(pass_)
+                tensors = [torch.randn(shapes[t], device="cuda").to(dtype) for t in names[:-1]]
+                out = torch.empty(shapes[names[-1]], device="cuda", dtype=dtype)
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    lib.stream_run(lib.stream_ops[name], pass_index, batch, n, nh, kd,
+                                   *tensors, out)
+                torch.cuda.synchronize()
+                if (name, pass_) == ("qkv", "backward"):  # pack: [B,nh,4,kd,N] -> [B,N,nh,4*kd]
+                    want = tensors[0].permute(0, 4, 1, 2, 3).reshape(out.shape)
+                    ok &= torch.equal(out, want)
+                if (name, pass_) == ("attn", "forward"):  # [B,N,nh,2*kd] -> [B,nh,2,kd,N]
+                    want = tensors[0].view(batch, n, nh, 2, kd).permute(0, 2, 3, 4, 1)
+                    ok &= torch.equal(out, want.reshape(out.shape))
+    return ok
 
 
 if __name__ == "__main__":
