@@ -93,7 +93,7 @@ def merge_backward(d_merged: Any, num_heads: int, key_dim: int, *, d_lo: Any = N
     """The inverse gather: ``d_merged [B, c, H, W]`` -> ``(d_lo, d_hi)``, ``[B*nh, H*W, kd]``."""
     native = _NATIVE if _NATIVE is not None else _load_native()
     if native:
-        ext = (_torch_ext(native, d_merged, d_lo, d_hi, num_heads, key_dim)
+        ext = (_torch_ext(native, d_merged, d_lo if d_hi is None else d_hi, num_heads, key_dim)
                if d_lo is None or d_hi is None else None)
         if ext is not None:
             try:
@@ -170,23 +170,31 @@ def _native_missed(err: Exception) -> None:
         raise err  # only torch's refusal to export (meta tensors...) falls through
 
 
-def _torch_ext(native: native_rt.NativeLibrary, first: Any, *rest: Any) -> Any:
+def _torch_ext(native: native_rt.NativeLibrary, first: Any, second: Any, a: Any, b: Any,
+               c: Any = 0) -> Any:
     """The PyTorch extension bound to ``native`` when this call can take it: plain torch
-    tensors (or None outputs), int counts, eager with no dispatch or function mode; else None.
-    """
-    torch = sys.modules.get("torch")
-    if torch is None or type(first) is not torch.Tensor:
-        return None
-    tensor = torch.Tensor
-    for value in rest:
-        kind = type(value)
-        if kind is not int and kind is not tensor and value is not None:
+    tensors (``second`` may be None), int counts ``a``, ``b``, ``c``, eager with no dispatch or
+    function mode; else None. (Spelled out, not a loop: this runs on every call.)"""
+    tensor = _TORCH_TENSOR[0]
+    if tensor is None:
+        torch = sys.modules.get("torch")
+        if torch is None:
             return None
-    c = torch._C
-    if (c._len_torch_dispatch_stack() or c._is_torch_function_mode_enabled()
-            or torch.compiler.is_compiling()):
+        _TORCH_TENSOR[:] = [torch.Tensor, torch._C, torch.compiler.is_compiling]
+        tensor = torch.Tensor
+    if (type(first) is not tensor or (type(second) is not tensor and second is not None)
+            or type(a) is not int or type(b) is not int or type(c) is not int):
+        return None
+    _, c_api, is_compiling = _TORCH_TENSOR
+    if (c_api._len_torch_dispatch_stack() or c_api._is_torch_function_mode_enabled()
+            or is_compiling()):
         return None
     return torch_ext.module_for(native.path, may_build=first.is_cuda)
+
+
+# torch.Tensor, torch._C, torch.compiler.is_compiling once torch is imported (ops does not
+# import torch itself: numpy and CuPy users may not have it)
+_TORCH_TENSOR: list = [None, None, None]
 
 
 def _ext_missed(err: RuntimeError) -> None:
