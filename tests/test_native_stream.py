@@ -9,6 +9,7 @@ tests/test_attention_gpu.py.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import shutil
@@ -187,3 +188,60 @@ def test_attention_falls_back_where_the_library_lacks_a_build(lib, monkeypatch):
         A._launch("qkv", 0, tensors, 1, 16, NH, 16)
     assert launched == [("forward", ("p", "merge"), 1, 16)] * 2
     assert len(A._NATIVE_LACKS) == 1
+
+
+def test_fuzz_stream_entries(lib):
+    """Random, mostly wrong argument lists to stream_run / stream_plan: a Python exception
+    (ValueError, TypeError, LookupError) or a plan, never a crash, never a write."""
+    hypothesis = pytest.importorskip("hypothesis")
+    st = pytest.importorskip("hypothesis.strategies")
+
+    dtypes = st.sampled_from([torch.float16, torch.float32, torch.bfloat16, torch.float64,
+                              torch.int32, torch.uint8])
+    dims = st.integers(0, 9) | st.sampled_from([KD, NH, 2 * KD, 4 * KD, 2**31, 2**62])
+
+    @st.composite
+    def tensor(draw):
+        shape = [draw(dims) for _ in range(draw(st.integers(0, 6)))]
+        dtype = draw(dtypes)
+        extent = 1
+        for size in shape:
+            extent *= max(size, 1)
+        hypothesis.assume(extent <= 1 << 50)
+        if extent > 1 << 16:
+            return torch.zeros(1, dtype=dtype).expand(*shape) if all(shape) else \
+                torch.empty(shape, dtype=dtype)
+        t = torch.ones(shape, dtype=dtype)
+        return t.transpose(0, len(shape) - 1) if len(shape) >= 2 and draw(st.booleans()) else t
+
+    scalars = st.integers(-3, 9) | st.sampled_from([True, 2.5, "sm_90", None, 2**62, -(2**62)])
+    allowed = (ValueError, TypeError, LookupError)
+
+    @hypothesis.settings(max_examples=400, deadline=None, derandomize=True)
+    @hypothesis.given(data=st.data())
+    def run(data):
+        draw = data.draw
+        name, pass_ = draw(st.sampled_from(OP_PASSES))
+        op = STREAM_OPS[name]
+        b, n = draw(st.integers(0, 3)), draw(st.integers(0, 20))
+        tensors = _carve(op.kernel_shapes(pass_, b, n, NH, KD))
+        output = tensors[op.tensor_names(pass_)[-1]]
+        output.fill_(7)
+        plan = draw(st.booleans())
+        args = [lib.stream_ops[name], PASSES.index(pass_), b, n, NH, KD,
+                *(["sm_90"] if plan else []), *(tensors[t] for t in op.tensor_names(pass_))]
+        for _ in range(draw(st.integers(0, 3))):
+            i = draw(st.integers(0, len(args)))
+            kind = draw(st.sampled_from(["tensor", "scalar", "drop", "add"]))
+            if kind == "drop" and args:
+                args.pop(min(i, len(args) - 1))
+            elif kind == "add":
+                args.insert(i, draw(tensor() | scalars))
+            elif args:
+                args[min(i, len(args) - 1)] = draw(tensor()) if kind == "tensor" else \
+                    draw(scalars)
+        with contextlib.suppress(*allowed):
+            (lib.stream_plan if plan else lib.stream_run)(*args)
+        assert bool((output == 7).all()), "a CPU call wrote"
+
+    run()

@@ -259,3 +259,60 @@ def test_gpu_attention_inference_equals_the_python_path(gpu_ext, backend, shape)
     trained = A.psa_attention(qkv.clone().requires_grad_(True), NH, KD, height, width, backend)
     assert bitwise_equal(direct, python) and bitwise_equal(public, python)
     assert bitwise_equal(python, trained.detach())
+
+
+def test_fuzz_extension_entries(ext):
+    """Random, mostly wrong arguments to the extension's functions: ValueError, TypeError or a
+    missing-build RuntimeError, or an exact result; never a crash, never a write when refused."""
+    hypothesis = pytest.importorskip("hypothesis")
+    st = pytest.importorskip("hypothesis.strategies")
+
+    dtypes = st.sampled_from([torch.float16, torch.float32, torch.float64, torch.int32])
+    dims = st.integers(0, 9) | st.sampled_from([KD, NH, C, 2**31])
+
+    @st.composite
+    def tensor(draw):
+        shape = [draw(dims) for _ in range(draw(st.integers(0, 5)))]
+        extent = 1
+        for size in shape:
+            extent *= max(size, 1)
+        hypothesis.assume(extent <= 1 << 40)
+        dtype = draw(dtypes)
+        if extent > 1 << 16:
+            return torch.zeros(1, dtype=dtype).expand(*shape) if all(shape) else \
+                torch.empty(shape, dtype=dtype)
+        return torch.ones(shape, dtype=dtype)
+
+    scalars = st.integers(-2, 9) | st.sampled_from([True, 2.5, "4", None, 2**62])
+
+    @hypothesis.settings(max_examples=300, deadline=None, derandomize=True)
+    @hypothesis.given(data=st.data())
+    def run(data):
+        draw = data.draw
+        name = draw(st.sampled_from(["merge", "merge_backward", "merge_attn"]))
+        batch, height, width = draw(st.integers(0, 2)), draw(st.integers(0, 4)), 3
+        n = height * width
+        lo = inputs((batch * NH, n, KD), torch.float32, "cpu", 1)
+        hi = inputs((batch * NH, n, KD), torch.float32, "cpu", 2)
+        out = poisoned((batch, C, height, width), torch.float32, "cpu")
+        valid = {"merge": [lo, hi, NH, height, width, out.tensor],
+                 "merge_backward": [out.tensor, NH, KD, None, None],
+                 "merge_attn": [lo, hi, NH, height, width]}[name]
+        args = list(valid)
+        for _ in range(draw(st.integers(0, 3))):
+            i = min(draw(st.integers(0, len(args) - 1)), len(args) - 1)
+            args[i] = draw(tensor()) if draw(st.booleans()) else draw(scalars)
+        snapshot = out.buffer.clone()
+        try:
+            getattr(ext, name)(*args)
+        except (ValueError, TypeError) as err:
+            assert torch.equal(out.buffer.view(torch.int32), snapshot.view(torch.int32)), err
+            return
+        except RuntimeError as err:
+            assert str(err).startswith("PsaArtifactNotFound"), err
+            return
+        if args == valid and name == "merge":
+            assert bitwise_equal(out.tensor, _merged_ref(lo, hi, height, width))
+        assert out.canaries_intact()
+
+    run()

@@ -163,14 +163,34 @@ void Call(TVMFFISafeCallType fn, const Args& args, const at::Tensor& device_of) 
   TORCH_CHECK(false, kind, ": ", message);
 }
 
-// merge(lo, hi, num_heads, H, W, out=None). Arguments the output's shape cannot be computed
-// from go to the library without an output: it refuses them (before allocating anything) with
+bool Supported(const at::Tensor& t) {
+  const auto type = t.scalar_type();
+  return type == at::kHalf || type == at::kBFloat16 || type == at::kFloat;
+}
+
+// Whether an output may be allocated for these inputs: they are what the library accepts as
+// far as memory goes (contiguous tensors of one supported dtype and device, consistent
+// shapes), so the output is as large as the inputs and no bad call allocates. Anything else
+// goes to the library without an output, which refuses it (before allocating anything) with
 // the message every other path gives.
+bool MayAllocateForward(const at::Tensor& lo, const at::Tensor& hi, int64_t num_heads,
+                        int64_t height, int64_t width) {
+  return num_heads >= 1 && height >= 0 && width >= 0 && lo.dim() == 3 &&
+         lo.sizes() == hi.sizes() && lo.scalar_type() == hi.scalar_type() && Supported(lo) &&
+         lo.device() == hi.device() && lo.is_contiguous() && hi.is_contiguous() &&
+         lo.size(0) % num_heads == 0 && lo.size(1) == height * width;
+}
+
+bool MayAllocateBackward(const at::Tensor& g, int64_t num_heads, int64_t key_dim) {
+  return num_heads >= 1 && key_dim >= 1 && (g.dim() == 3 || g.dim() == 4) && Supported(g) &&
+         g.is_contiguous() && g.size(1) == 2 * num_heads * key_dim;
+}
+
+// merge(lo, hi, num_heads, H, W, out=None).
 at::Tensor Merge(const at::Tensor& lo, const at::Tensor& hi, int64_t num_heads, int64_t height,
                  int64_t width, const c10::optional<at::Tensor>& out) {
   at::Tensor result;
-  if (!out && num_heads >= 1 && height >= 0 && width >= 0 && lo.dim() == 3 &&
-      lo.size(0) % num_heads == 0) {
+  if (!out && MayAllocateForward(lo, hi, num_heads, height, width)) {
     result = at::empty({lo.size(0) / num_heads, 2 * num_heads * lo.size(2), height, width},
                        lo.options());
   }
@@ -193,7 +213,7 @@ std::tuple<at::Tensor, at::Tensor> MergeBackward(const at::Tensor& g, int64_t nu
                                                  const c10::optional<at::Tensor>& d_lo,
                                                  const c10::optional<at::Tensor>& d_hi) {
   at::Tensor fresh[2];
-  if ((!d_lo || !d_hi) && num_heads >= 1 && key_dim >= 1 && (g.dim() == 3 || g.dim() == 4)) {
+  if ((!d_lo || !d_hi) && MayAllocateBackward(g, num_heads, key_dim)) {
     const int64_t n = g.dim() == 4 ? g.size(2) * g.size(3) : g.size(2);
     for (int i = 0; i < 2; ++i) {
       if (!(i == 0 ? d_lo : d_hi)) {
