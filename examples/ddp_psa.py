@@ -102,6 +102,10 @@ def train(args: argparse.Namespace) -> dict[str, torch.Tensor]:
     if rank == 0 and args.out:
         torch.save(state, args.out)
     if distributed:
+        # Both ranks reach teardown together: a rank that destroys its gloo group while the
+        # other is still saving can abort at exit ("terminate called without an active
+        # exception", seen once in CI).
+        dist.barrier()
         dist.destroy_process_group()
     return state
 
