@@ -61,3 +61,19 @@ def poisoned(shape, dtype: torch.dtype, device, offset: int = CANARY) -> Poisone
     buffer = torch.empty(offset + numel + CANARY, dtype=dtype, device=device)
     buffer.view(_BITS[dtype]).fill_(_signed(_POISON[dtype], _BITS[dtype]))
     return Poisoned(buffer, buffer[offset: offset + numel].view(shape), offset)
+
+
+def mutate_arguments(draw, args: list, tensors, scalars, st) -> list:
+    """Break a valid argument list for a fuzz test: up to three times, drop an argument, add
+    one, or replace one by a tensor or a scalar drawn from the given hypothesis strategies."""
+    args = list(args)
+    for _ in range(draw(st.integers(0, 3))):
+        i = draw(st.integers(0, len(args)))
+        kind = draw(st.sampled_from(["tensor", "scalar", "drop", "add"]))
+        if kind == "drop" and args:
+            args.pop(min(i, len(args) - 1))
+        elif kind == "add":
+            args.insert(i, draw(tensors | scalars))
+        elif args:
+            args[min(i, len(args) - 1)] = draw(tensors) if kind == "tensor" else draw(scalars)
+    return args

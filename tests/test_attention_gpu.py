@@ -36,13 +36,7 @@ def test_layout_kernels_bit_exact(dtype, shape, offset):
     for name, op in STREAM_OPS.items():
         runtime = _runtime(name, dtype)
         for pass_ in op.passes:
-            shapes = op.kernel_shapes(pass_, b, n, NH, KD)
-            names = op.tensor_names(pass_)
-            tensors = {}
-            for i, t in enumerate(names[:-1]):
-                base = inputs((offset + _numel(shapes[t]),), dtype, "cuda", seed=i)
-                tensors[t] = base[offset:].view(shapes[t])
-            out = poisoned(shapes[names[-1]], dtype, "cuda")
+            names, tensors, out = _layout_case(op, pass_, b, n, dtype, offset)
             runtime.launch(pass_, {**tensors, names[-1]: out.tensor}, b, n,
                            torch.cuda.current_stream().cuda_stream)
             torch.cuda.synchronize()
@@ -50,6 +44,18 @@ def test_layout_kernels_bit_exact(dtype, shape, offset):
             want = _torch_reference(op, pass_, cpu, b, n, NH, KD, height, width)
             assert bitwise_equal(out.tensor.cpu(), want), (name, pass_)
             assert out.canaries_intact(), (name, pass_)
+
+
+def _layout_case(op, pass_, b, n, dtype, offset, device="cuda"):
+    """One kernel's tensors: random inputs (``offset`` elements into their buffers, so
+    ``offset=1`` makes every input a misaligned view) and a poisoned output with canaries."""
+    shapes = op.kernel_shapes(pass_, b, n, NH, KD)
+    names = op.tensor_names(pass_)
+    tensors = {}
+    for i, t in enumerate(names[:-1]):
+        base = inputs((offset + _numel(shapes[t]),), dtype, device, seed=i)
+        tensors[t] = base[offset:].view(shapes[t])
+    return names, tensors, poisoned(shapes[names[-1]], dtype, device)
 
 
 def _numel(shape):
@@ -228,13 +234,7 @@ def test_native_layout_kernels_bit_exact(dtype, shape, offset):
     side = torch.cuda.Stream()
     for name, op in STREAM_OPS.items():
         for pass_ in op.passes:
-            shapes = op.kernel_shapes(pass_, b, n, NH, KD)
-            names = op.tensor_names(pass_)
-            tensors = {}
-            for i, t in enumerate(names[:-1]):
-                base = inputs((offset + _numel(shapes[t]),), dtype, "cuda", seed=i)
-                tensors[t] = base[offset:].view(shapes[t])
-            out = poisoned(shapes[names[-1]], dtype, "cuda")
+            _, tensors, out = _layout_case(op, pass_, b, n, dtype, offset)
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 torch.cuda._sleep(2_000_000)  # a late launch on the wrong stream would read junk

@@ -26,7 +26,7 @@ import psa_tvm
 from psa_tvm import reference
 from psa_tvm.errors import ArtifactNotFoundError
 from psa_tvm.runtime import native as native_rt
-from tests.helpers import bitwise_equal, inputs, poisoned
+from tests.helpers import bitwise_equal, inputs, mutate_arguments, poisoned
 
 KD, NH = 32, 4
 C = 2 * NH * KD
@@ -583,17 +583,7 @@ def test_fuzz_every_export(lib):
                  "merge_backward_alloc": [out.tensor, NH, KD],
                  "plan_forward": [lo, hi, out.tensor, "sm_90"],
                  "plan_backward": [out.tensor, lo.clone(), hi.clone(), "sm_80"]}[name]
-        args = list(valid)
-        for _ in range(draw(st.integers(0, 3))):
-            i = draw(st.integers(0, len(args)))
-            kind = draw(st.sampled_from(["tensor", "scalar", "drop", "add"]))
-            if kind == "drop" and args:
-                args.pop(min(i, len(args) - 1))
-            elif kind == "add":
-                args.insert(i, draw(tensor() | scalars))
-            elif args:
-                args[min(i, len(args) - 1)] = draw(tensor()) if kind == "tensor" else \
-                    draw(scalars)
+        args = mutate_arguments(draw, valid, tensor(), scalars, st)
         snapshot = out.buffer.clone()
         try:
             fn(*args)

@@ -23,6 +23,7 @@ from psa_tvm.layouts import STREAM_OPS
 from psa_tvm.runtime import native as native_rt
 from psa_tvm.runtime.stream_op import PsaStreamRuntimeOp, StreamDims
 from psa_tvm.runtime.tensors import tensor_info
+from tests.helpers import mutate_arguments
 
 KD, NH = 32, 4
 PASSES = ("forward", "backward")
@@ -228,18 +229,10 @@ def test_fuzz_stream_entries(lib):
         output = tensors[op.tensor_names(pass_)[-1]]
         output.fill_(7)
         plan = draw(st.booleans())
-        args = [lib.stream_ops[name], PASSES.index(pass_), b, n, NH, KD,
-                *(["sm_90"] if plan else []), *(tensors[t] for t in op.tensor_names(pass_))]
-        for _ in range(draw(st.integers(0, 3))):
-            i = draw(st.integers(0, len(args)))
-            kind = draw(st.sampled_from(["tensor", "scalar", "drop", "add"]))
-            if kind == "drop" and args:
-                args.pop(min(i, len(args) - 1))
-            elif kind == "add":
-                args.insert(i, draw(tensor() | scalars))
-            elif args:
-                args[min(i, len(args) - 1)] = draw(tensor()) if kind == "tensor" else \
-                    draw(scalars)
+        args = mutate_arguments(draw, [lib.stream_ops[name], PASSES.index(pass_), b, n, NH, KD,
+                                       *(["sm_90"] if plan else []),
+                                       *(tensors[t] for t in op.tensor_names(pass_))],
+                                tensor(), scalars, st)
         with contextlib.suppress(*allowed):
             (lib.stream_plan if plan else lib.stream_run)(*args)
         assert bool((output == 7).all()), "a CPU call wrote"

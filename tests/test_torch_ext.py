@@ -51,6 +51,14 @@ def _merged_ref(lo, hi, height, width):
     return reference.merge(lo, hi, NH, height, width)
 
 
+def _case(shape, dtype, device):
+    """``lo``, ``hi`` and a gradient of the merged output for ``shape = (B, H, W)``."""
+    batch, height, width = shape
+    half = (batch * NH, height * width, KD)
+    return (inputs(half, dtype, device, 1), inputs(half, dtype, device, 2),
+            inputs((batch, C, height, width), dtype, device, 3))
+
+
 def _backward_ref(grad):
     batch, n = grad.shape[0], grad.shape[2] * grad.shape[3]
     g = grad.reshape(batch, NH, 2, KD, n).permute(0, 1, 2, 4, 3)
@@ -63,14 +71,12 @@ def _backward_ref(grad):
 def test_exact_forward_backward_and_autograd(ext, dtype, shape):
     batch, height, width = shape
     n = height * width
-    lo = inputs((batch * NH, n, KD), dtype, "cpu", 1)
-    hi = inputs((batch * NH, n, KD), dtype, "cpu", 2)
+    lo, hi, grad = _case(shape, dtype, "cpu")
     want = _merged_ref(lo, hi, height, width)
     assert bitwise_equal(ext.merge(lo, hi, NH, height, width, None), want)
     out = poisoned((batch, C, height, width), dtype, "cpu")
     assert ext.merge(lo, hi, NH, height, width, out.tensor) is not None
     assert bitwise_equal(out.tensor, want) and out.canaries_intact()
-    grad = inputs((batch, C, height, width), dtype, "cpu", 3)
     ref_lo, ref_hi = _backward_ref(grad)
     d_lo, d_hi = ext.merge_backward(grad, NH, KD, None, None)
     assert bitwise_equal(d_lo, ref_lo) and bitwise_equal(d_hi, ref_hi)
@@ -186,10 +192,7 @@ def gpu_ext():
 @pytest.mark.parametrize("shape", [(2, 20, 20), (3, 37, 29), (1, 40, 40)])
 def test_gpu_exact_on_the_current_side_stream(gpu_ext, dtype, shape):
     batch, height, width = shape
-    n = height * width
-    lo = inputs((batch * NH, n, KD), dtype, "cuda", 1)
-    hi = inputs((batch * NH, n, KD), dtype, "cuda", 2)
-    grad = inputs((batch, C, height, width), dtype, "cuda", 3)
+    lo, hi, grad = _case(shape, dtype, "cuda")
     out = poisoned((batch, C, height, width), dtype, "cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
