@@ -441,29 +441,64 @@ struct Plan {
   int64_t block[3] = {1, 1, 1};
 };
 
-// `ptrs[role]` / `present[role]`: the call's tensors (those not passed are not checked).
-inline Plan MakePlan(const Build& build, int pass, const Dims& d, int64_t itemsize,
-                     const uintptr_t* ptrs, const bool* present) {
-  const int index64 = d.merged_numel + kInt32Margin <= kInt32Max ? 0 : 1;
-  // The pointers' common alignment, as a power of two of at most kMaxAlignment bytes (the
-  // widest access any kernel makes), exactly as psa_tvm/runtime/plan.py computes it.
+// The pointers' common alignment, as a power of two of at most kMaxAlignment bytes (the
+// widest access any kernel makes), exactly as psa_tvm/runtime/plan.py computes it.
+inline uintptr_t CommonAlignment(const uintptr_t* ptrs, const bool* present, int count) {
   uintptr_t combined = kMaxAlignment;
-  for (int r = 0; r < kNumRoles; ++r) combined |= present[r] ? ptrs[r] : 0;
-  const uintptr_t alignment = combined & (~combined + 1);
+  for (int i = 0; i < count; ++i) combined |= (present == nullptr || present[i]) ? ptrs[i] : 0;
+  return combined & (~combined + 1);
+}
+
+// runtime/plan.py's choose_kernel: among the build's kernels of the pass and index dtype
+// (int32 while `numel` plus a tail tile's overrun fits), those whose `vec` divides N and whose
+// widest access the alignment allows; the widest (vec_kd, vec) wins (the table is sorted so).
+inline Plan ChooseKernel(const Build& build, int pass, int64_t n, int64_t numel,
+                         uintptr_t alignment, int64_t itemsize) {
+  const int index64 = numel + kInt32Margin <= kInt32Max ? 0 : 1;
   Plan plan;
   plan.build = &build;
   for (int i = 0; i < build.num_kernels && plan.kernel == nullptr; ++i) {
-    const Kernel& k = build.kernels[i];  // widest (vec_kd, vec) first
-    if (k.pass != pass || k.index64 != index64 || d.n % k.vec) continue;
+    const Kernel& k = build.kernels[i];
+    if (k.pass != pass || k.index64 != index64 || n % k.vec) continue;
     const uintptr_t need = static_cast<uintptr_t>((k.vec > k.vec_kd ? k.vec : k.vec_kd) *
                                                   itemsize);
     if (alignment % need == 0) plan.kernel = &k;
   }
   if (plan.kernel == nullptr) {
     PSA_THROW_MISSING << build.source << ": no " << (pass == kForward ? "forward" : "backward")
-                      << " kernel (" << (index64 ? "int64" : "int32")
-                      << ") fits N=" << d.n << " and the data pointers' alignment";
+                      << " kernel (" << (index64 ? "int64" : "int32") << ") fits N=" << n
+                      << " and the data pointers' alignment";
   }
+  return plan;
+}
+
+// Grid and block of a plan whose symbols are set, checked against CUDA's limits; `schedule`
+// (may be null) is named in the grid error as the Python path of the same op names it.
+inline void SetLaunchDims(Plan* plan, int64_t batch, int64_t n, const char* schedule) {
+  __int128 dims[6];
+  plan->kernel->dims(plan->symbols, dims);
+  for (int axis = 0; axis < 3; ++axis) {
+    if (dims[axis] > kGridLimits[axis] || dims[axis] < 0) {
+      const std::string named = schedule ? std::string(" for schedule '") + schedule + "'" : "";
+      TVM_FFI_THROW(ValueError) << "shape: B=" << batch << ", N=" << n << " needs grid["
+                                << axis << "]=" << I128Str(dims[axis])
+                                << ", past the CUDA limit " << kGridLimits[axis] << named;
+    }
+    if (dims[3 + axis] > kBlockLimit || dims[3 + axis] < 0) {
+      TVM_FFI_THROW(RuntimeError) << plan->build->source << ": block[" << axis << "] = "
+                                  << I128Str(dims[3 + axis])
+                                  << " is not a valid CUDA block size";
+    }
+    plan->grid[axis] = static_cast<int64_t>(dims[axis]);
+    plan->block[axis] = static_cast<int64_t>(dims[3 + axis]);
+  }
+}
+
+// `ptrs[role]` / `present[role]`: the call's tensors (those not passed are not checked).
+inline Plan MakePlan(const Build& build, int pass, const Dims& d, int64_t itemsize,
+                     const uintptr_t* ptrs, const bool* present) {
+  Plan plan = ChooseKernel(build, pass, d.n, d.merged_numel,
+                           CommonAlignment(ptrs, present, kNumRoles), itemsize);
   const Kernel& k = *plan.kernel;
   // The kernels' view of the tensors: [B*nh, N, kd] and [B, nh, 2, kd, N].
   const int64_t half[3] = {d.batch * d.num_heads, d.n, d.key_dim};
@@ -473,23 +508,7 @@ inline Plan MakePlan(const Build& build, int pass, const Dims& d, int64_t itemsi
     const bool is5 = sym.role == kOut || sym.role == kG;
     plan.symbols[s] = (is5 ? merged5 : half)[sym.axis] / sym.divisor;
   }
-  __int128 dims[6];
-  k.dims(plan.symbols, dims);
-  for (int axis = 0; axis < 3; ++axis) {
-    if (dims[axis] > kGridLimits[axis] || dims[axis] < 0) {
-      TVM_FFI_THROW(ValueError) << "shape: B=" << d.batch << ", N=" << d.n << " needs grid["
-                                << axis << "]=" << I128Str(dims[axis])
-                                << ", past the CUDA limit " << kGridLimits[axis]
-                                << " for schedule '" << build.schedule << "'";
-    }
-    if (dims[3 + axis] > kBlockLimit || dims[3 + axis] < 0) {
-      TVM_FFI_THROW(RuntimeError) << build.source << ": block[" << axis << "] = "
-                                  << I128Str(dims[3 + axis])
-                                  << " is not a valid CUDA block size";
-    }
-    plan.grid[axis] = static_cast<int64_t>(dims[axis]);
-    plan.block[axis] = static_cast<int64_t>(dims[3 + axis]);
-  }
+  SetLaunchDims(&plan, d.batch, d.n, build.schedule);
   return plan;
 }
 

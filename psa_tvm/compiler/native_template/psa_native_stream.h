@@ -162,45 +162,15 @@ inline Plan MakeStreamPlan(const StreamCall& call) {
                       << c.num_heads << ", dtype " << c.dtype_name;
   }
   const Build& build = kBuilds[c.build[call.pass]];
-  const int index64 = call.merged_numel + kInt32Margin <= kInt32Max ? 0 : 1;
-  uintptr_t combined = kMaxAlignment;
-  for (int i = 0; i < call.num_tensors; ++i) combined |= call.ptrs[i];
-  const uintptr_t alignment = combined & (~combined + 1);
-  const int64_t itemsize = c.dtype_bits / 8;
-  Plan plan;
-  plan.build = &build;
-  for (int i = 0; i < build.num_kernels && plan.kernel == nullptr; ++i) {
-    const Kernel& k = build.kernels[i];  // widest (vec_kd, vec) first
-    if (k.pass != call.pass || k.index64 != index64 || call.n % k.vec) continue;
-    const uintptr_t need = static_cast<uintptr_t>((k.vec > k.vec_kd ? k.vec : k.vec_kd) *
-                                                  itemsize);
-    if (alignment % need == 0) plan.kernel = &k;
-  }
-  if (plan.kernel == nullptr) {
-    PSA_THROW_MISSING << build.source << ": no " << pass_name << " kernel ("
-                      << (index64 ? "int64" : "int32") << ") fits N=" << call.n
-                      << " and the data pointers' alignment";
-  }
+  Plan plan = ChooseKernel(build, call.pass, call.n, call.merged_numel,
+                           CommonAlignment(call.ptrs, nullptr, call.num_tensors),
+                           c.dtype_bits / 8);
   const Kernel& k = *plan.kernel;
   for (int s = 0; s < k.num_symbols; ++s) {
     const Symbol& sym = k.symbols[s];
     plan.symbols[s] = call.views[sym.role][sym.axis] / sym.divisor;
   }
-  __int128 dims[6];
-  k.dims(plan.symbols, dims);
-  for (int axis = 0; axis < 3; ++axis) {
-    if (dims[axis] > kGridLimits[axis] || dims[axis] < 0) {
-      TVM_FFI_THROW(ValueError) << "shape: B=" << call.batch << ", N=" << call.n
-                                << " needs grid[" << axis << "]=" << I128Str(dims[axis])
-                                << ", past the CUDA limit " << kGridLimits[axis];
-    }
-    if (dims[3 + axis] > kBlockLimit || dims[3 + axis] < 0) {
-      TVM_FFI_THROW(RuntimeError) << build.source << ": block[" << axis << "] = "
-                                  << I128Str(dims[3 + axis]) << " is not a valid CUDA block size";
-    }
-    plan.grid[axis] = static_cast<int64_t>(dims[axis]);
-    plan.block[axis] = static_cast<int64_t>(dims[3 + axis]);
-  }
+  SetLaunchDims(&plan, call.batch, call.n, nullptr);
   return plan;
 }
 
