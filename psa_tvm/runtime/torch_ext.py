@@ -117,17 +117,13 @@ def module_for(library_path: Path, *, may_build: bool) -> Any:
     if mode == "0" or (module is None and not may_build and mode != "1"):
         return None  # (CPU calls before any CUDA call: no lock, no build)
     with _LOCK:
+        if _MODULE is None and (may_build or mode == "1"):
+            _load()  # sets _FAILURE when it cannot (once: a failure is not retried)
         if _MODULE is None:
-            if _FAILURE or not (may_build or mode == "1"):
-                if mode == "1":
-                    raise TorchExtensionError(f"PSA_TVM_TORCH_EXT=1 but the PyTorch extension "
-                                              f"is unavailable: {_FAILURE}")
-                return None
-            if _load() is None:
-                if mode == "1":
-                    raise TorchExtensionError(f"PSA_TVM_TORCH_EXT=1 but the PyTorch extension "
-                                              f"is unavailable: {_FAILURE}")
-                return None
+            if mode == "1":
+                raise TorchExtensionError(f"PSA_TVM_TORCH_EXT=1 but the PyTorch extension is "
+                                          f"unavailable: {_FAILURE}")
+            return None
         if library_path != _BOUND_PATH:
             from psa_tvm.runtime import native as native_rt
 
