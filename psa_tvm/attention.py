@@ -518,38 +518,25 @@ def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype,
     return backend
 
 
-def _cuda_inference(backend: str, qkv: torch.Tensor, num_heads: int, key_dim: int,
-                    height: int, width: int) -> torch.Tensor:
-    """The flash/cuDNN forward for eager CUDA tensors, with the layout kernels launched
-    directly (psa_attention has checked the arguments; the ops' own checks and dispatch are
-    host time that batch-1 inference pays on every call). Same kernels, same result; in one
-    C++ call where the PyTorch extension is built (runtime/torch_ext.py)."""
-    qkv = _contig(qkv)
+def _extension_inference(backend: str, qkv: torch.Tensor, num_heads: int, key_dim: int,
+                         height: int, width: int) -> torch.Tensor | None:
+    """The flash/cuDNN inference forward in one C++ call (pack, SDPA, merge: the same kernels
+    and calls as :func:`_flash_forward` / :func:`_cudnn_forward`) where the PyTorch extension
+    is built (runtime/torch_ext.py) and the library has the builds; else None. psa_attention
+    has checked the arguments: batch-1 inference is host-bound and pays every check."""
     native = ops._NATIVE if ops._NATIVE is not None else ops._load_native()
-    if native and native.stream_run is not None:
-        ext = torch_ext.module_for(native.path, may_build=True)
-        if ext is not None:
-            try:
-                return ext.attention_inference(qkv, num_heads, key_dim, height, width,
-                                               backend == "flash")
-            except RuntimeError as err:
-                if not str(err).startswith("PsaArtifactNotFound"):
-                    raise
-    batch, n = qkv.shape[0], height * width
-    p = qkv.new_empty((batch, n, num_heads, 4 * key_dim))
-    _launch("qkv", 1, (qkv, p), batch, n, num_heads, key_dim)
-    out = qkv.new_empty((batch, 2 * num_heads * key_dim, height, width))
-    scale = key_dim ** -0.5
-    if backend == "cudnn":
-        q, k, v = _views(p, key_dim, _CUDNN_VIEWS)
-        o = _ATEN.cudnn(q, k, v, None, False, 0.0, False, False, scale=scale)[0]
-        _launch("attn", 0, (_nhd(o), out), batch, n, num_heads, key_dim)
-        return out
-    q, k, v_lo, v_hi = _views(p, key_dim, _FLASH_VIEWS)
-    lo = _ATEN.flash(q, k, v_lo, 0.0, False, False, scale=scale)[0]
-    hi = _ATEN.flash(q, k, v_hi, 0.0, False, False, scale=scale)[0]
-    _launch("attn_flash", 0, (_nhd(lo), _nhd(hi), out), batch, n, num_heads, key_dim)
-    return out
+    if not native or native.stream_run is None:
+        return None
+    ext = torch_ext.module_for(native.path, may_build=True)
+    if ext is None:
+        return None
+    try:
+        return ext.attention_inference(_contig(qkv), num_heads, key_dim, height, width,
+                                       backend == "flash")
+    except RuntimeError as err:
+        if not str(err).startswith("PsaArtifactNotFound"):
+            raise
+    return None
 
 
 def psa_attention(qkv: torch.Tensor, num_heads: int, key_dim: int, H: int, W: int,
@@ -580,7 +567,9 @@ def psa_attention(qkv: torch.Tensor, num_heads: int, key_dim: int, H: int, W: in
         # Nothing to differentiate (inference): the forward alone, without the Function's
         # bookkeeping (~6 us of host time at batch 1, where YOLO inference is host-bound).
         if qkv.is_cuda and type(qkv) is torch.Tensor:
-            return _cuda_inference(chosen, qkv, num_heads, key_dim, H, W)
+            out = _extension_inference(chosen, qkv, num_heads, key_dim, H, W)
+            if out is not None:
+                return out
         if chosen == "flash":
             return _flash_forward(qkv, num_heads, key_dim, H, W)[0]
         return _cudnn_forward(qkv, num_heads, key_dim, H, W, log_sumexp=False)[0]

@@ -285,10 +285,10 @@ at::Tensor Chunk(const at::Tensor& p, int64_t key_dim, int64_t first, int64_t co
                       p.storage_offset() + first * key_dim);
 }
 
-// psa_tvm.attention._cuda_inference in C++ (the same kernels and calls, in the same order):
-// pack -> cuDNN on the full V (or two flash calls) -> back to NCHW. psa_attention has checked
-// the arguments; one call instead of a dozen Python-level torch calls (batch-1 YOLO
-// inference is host-bound).
+// psa_tvm.attention._flash_forward / _cudnn_forward for inference, in C++ (the same kernels
+// and calls, in the same order): pack -> cuDNN on the full V (or two flash calls) -> back to
+// NCHW. psa_attention has checked the arguments; one call instead of a dozen Python-level
+// torch calls (batch-1 YOLO inference is host-bound).
 at::Tensor AttentionInference(const at::Tensor& qkv, int64_t num_heads, int64_t key_dim,
                               int64_t height, int64_t width, bool flash) {
   const Bound& b = bound();
