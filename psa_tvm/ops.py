@@ -37,6 +37,15 @@ def merge(lo: Any, hi: Any, num_heads: int, H: int, W: int, *, out: Any = None) 
     ``merged[b, h*2kd + d, n] = lo[b*nh + h, n, d]`` and ``merged[b, h*2kd + kd + d, n] =
     hi[b*nh + h, n, d]``. Returns ``out`` (allocated when not given).
     """
+    lane = torch_ext.LANE
+    if lane is not None and lane[0] is _NATIVE and not lane[2]():
+        try:  # the extension's eager lane (runtime/torch_ext.py): None if not a plain call
+            merged = lane[1].merge_eager(lo, hi, num_heads, H, W, out)
+        except RuntimeError as err:
+            _ext_missed(err)
+        else:
+            if merged is not None:
+                return merged
     native = _NATIVE if _NATIVE is not None else _load_native()
     if native:  # the artifact directory's native library: validation and launch in C++
         # Allocating calls on torch tensors: the extension allocates in C++ as well
@@ -91,6 +100,15 @@ def merge(lo: Any, hi: Any, num_heads: int, H: int, W: int, *, out: Any = None) 
 def merge_backward(d_merged: Any, num_heads: int, key_dim: int, *, d_lo: Any = None,
                    d_hi: Any = None) -> tuple[Any, Any]:
     """The inverse gather: ``d_merged [B, c, H, W]`` -> ``(d_lo, d_hi)``, ``[B*nh, H*W, kd]``."""
+    lane = torch_ext.LANE
+    if lane is not None and lane[0] is _NATIVE and not lane[2]():
+        try:  # the extension's eager lane (as in merge)
+            grads = lane[1].merge_backward_eager(d_merged, num_heads, key_dim, d_lo, d_hi)
+        except RuntimeError as err:
+            _ext_missed(err)
+        else:
+            if grads is not None:
+                return grads
     native = _NATIVE if _NATIVE is not None else _load_native()
     if native:
         ext = (_torch_ext(native, d_merged, d_lo if d_hi is None else d_hi, num_heads, key_dim)
@@ -189,7 +207,10 @@ def _torch_ext(native: native_rt.NativeLibrary, first: Any, second: Any, a: Any,
     if (c_api._len_torch_dispatch_stack() or c_api._is_torch_function_mode_enabled()
             or is_compiling()):
         return None
-    return torch_ext.module_for(native.path, may_build=first.is_cuda)
+    module = torch_ext.module_for(native.path, may_build=first.is_cuda)
+    if module is not None:
+        torch_ext.open_lane(native, module)
+    return module
 
 
 # torch.Tensor, torch._C, torch.compiler.is_compiling once torch is imported (ops does not

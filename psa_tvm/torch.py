@@ -85,7 +85,20 @@ def merge_attn(lo: torch.Tensor, hi: torch.Tensor, num_heads: int, H: int,
     or functional tensors, dispatch and function modes) calls ``torch.ops.psa_tvm.merge_attn``.
     Both run the same kernel with the same checks.
     """
-    if (not _is_compiling() and type(lo) is _Tensor and type(hi) is _Tensor
+    if _is_compiling():  # first: traced, nothing below is looked at
+        return torch.ops.psa_tvm.merge_attn(lo, hi, num_heads, H, W)
+    lane = torch_ext.LANE
+    if lane is not None and lane[0] is ops._NATIVE:
+        # The extension, bound by an earlier call: its C++ checks that this is a plain eager
+        # call (else None) and runs it, so this path costs one Python-level check.
+        try:
+            merged = lane[1].merge_attn_eager(lo, hi, num_heads, H, W)
+        except RuntimeError as err:
+            ops._ext_missed(err)
+        else:
+            if merged is not None:
+                return merged
+    if (type(lo) is _Tensor and type(hi) is _Tensor
             and not _dispatch_modes() and not _function_modes()):
         native = ops._NATIVE
         if native is None:
@@ -94,6 +107,7 @@ def merge_attn(lo: torch.Tensor, hi: torch.Tensor, num_heads: int, H: int,
             ext = (torch_ext.module_for(native.path, may_build=lo.is_cuda)
                    if type(num_heads) is int and type(H) is int and type(W) is int else None)
             if ext is not None:  # allocation and autograd node in C++ (runtime/torch_ext.py)
+                torch_ext.open_lane(native, ext)
                 try:
                     return ext.merge_attn(lo, hi, num_heads, H, W)
                 except RuntimeError as err:

@@ -120,6 +120,33 @@ def test_psa_attention_matches_reference(backend, dtype, shape):
     assert (got.float() - want).norm() / want.norm() < 2 * tol
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1, 20, 20), (1, 37, 29), (1, 80, 80)])
+def test_flash_inference_pairs_the_halves_at_batch_one(dtype, shape, monkeypatch):
+    """Batch-1 flash inference runs one flash call (q, k expanded to a batch of 2 against
+    both V halves, on the extension and on the Python path) and matches the two-call forward
+    and the float32 reference."""
+    from psa_tvm.runtime import torch_ext
+
+    b, height, width = shape
+    qkv = inputs((b, 4 * NH * KD, height, width), dtype, "cuda")
+    two_calls = A._flash_forward(qkv, NH, KD, height, width)[0]
+    ref = reference_attention(qkv.float(), NH, KD, height, width)
+    calls = []
+    flash = A._ATEN.flash
+    monkeypatch.setattr(A._ATEN, "flash", lambda *a, **k: calls.append(a[2].shape) or flash(
+        *a, **k))
+    with torch.inference_mode(), torch_ext.suspended():
+        python = A.psa_attention(qkv, NH, KD, height, width, "flash")
+    assert calls == [torch.Size((2, NH, height * width, KD))]
+    with torch.inference_mode():
+        public = A.psa_attention(qkv, NH, KD, height, width, "flash")  # the extension, if any
+    for got in (python, public):
+        assert got.shape == two_calls.shape
+        torch.testing.assert_close(got, two_calls, atol=2e-3, rtol=2e-3)
+        assert (got.float() - ref).norm() / ref.norm() < _tolerance(dtype)
+
+
 def test_auto_picks_a_fused_backend_on_half_and_sdpa_on_float32():
     device = torch.device("cuda")
     expected = "cudnn" if torch.backends.cuda.cudnn_sdp_enabled() else "flash"

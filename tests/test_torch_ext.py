@@ -149,20 +149,123 @@ def test_public_functions_use_it_and_fall_back(ext, monkeypatch):
             return record
 
     monkeypatch.setattr(torch_ext, "_MODULE", Recorder())
+    monkeypatch.setattr(torch_ext, "LANE", None)
     lo, hi = inputs((NH, 16, KD), torch.float32, "cpu", 1), inputs((NH, 16, KD),
                                                                     torch.float32, "cpu", 2)
     want = _merged_ref(lo, hi, 4, 4)
+    # the first call binds and opens the eager lane; the next ones take it
     assert bitwise_equal(psa_tvm.merge(lo, hi, NH, 4, 4), want)
     assert bitwise_equal(pt.merge_attn(lo, hi, NH, 4, 4), want)
     d_lo, _ = psa_tvm.merge_backward(want, NH, KD)
     assert bitwise_equal(d_lo, lo)
-    assert calls == ["merge", "merge_attn", "merge_backward"]
+    lanes = ["merge", "merge_attn_eager", "merge_backward_eager"]
+    assert calls == lanes
+    out = poisoned(want.shape, torch.float32, "cpu")
+    assert psa_tvm.merge(lo, hi, NH, 4, 4, out=out.tensor) is out.tensor
+    assert bitwise_equal(out.tensor, want) and out.canaries_intact()
+    assert calls == [*lanes, "merge_eager"]
     numpy = pytest.importorskip("numpy")
     got = psa_tvm.merge(lo.numpy(), hi.numpy(), NH, 4, 4)  # not torch: the library directly
-    assert isinstance(got, numpy.ndarray) and calls == ["merge", "merge_attn", "merge_backward"]
+    assert isinstance(got, numpy.ndarray) and calls == [*lanes, "merge_eager", "merge_eager"]
     small = inputs((3, 16, 8), torch.float32, "cpu")  # kd=8, nh=3: not in the library
     with pytest.raises(ArtifactNotFoundError):
         pt.merge_attn(small, small, 3, 4, 4)
+
+
+def _open_lane(ext) -> None:
+    lo = inputs((NH, 16, KD), torch.float32, "cpu", 1)
+    torch_ext.forget()
+    pt.merge_attn(lo, lo, NH, 4, 4)  # binds and opens the lane
+    assert torch_ext.LANE is not None and torch_ext.LANE[1] is ext
+
+
+def test_eager_lanes_answer_none_for_what_is_not_a_plain_call(ext):
+    """The lanes (merge_attn_eager, merge_eager, merge_backward_eager) take plain eager calls
+    only: a tensor subclass, a non-int or bool count, a dispatch or function mode each give
+    None, so the Python function takes its ordinary path (which decides and explains)."""
+    _open_lane(ext)
+    lo, hi = inputs((NH, 16, KD), torch.float32, "cpu", 1), inputs((NH, 16, KD),
+                                                                    torch.float32, "cpu", 2)
+    want = _merged_ref(lo, hi, 4, 4)
+    assert bitwise_equal(ext.merge_attn_eager(lo, hi, NH, 4, 4), want)
+    assert bitwise_equal(ext.merge_eager(lo, hi, NH, 4, 4, None), want)
+    out = poisoned(want.shape, torch.float32, "cpu")
+    assert ext.merge_eager(lo, hi, NH, 4, 4, out.tensor) is out.tensor
+    assert bitwise_equal(out.tensor, want) and out.canaries_intact()
+    d_lo, d_hi = ext.merge_backward_eager(want, NH, KD, None, None)
+    assert bitwise_equal(d_lo, lo) and bitwise_equal(d_hi, hi)
+    given = poisoned(lo.shape, torch.float32, "cpu")
+    d_lo, d_hi = ext.merge_backward_eager(want, NH, KD, given.tensor, None)
+    assert d_lo is given.tensor and given.canaries_intact()
+    assert bitwise_equal(d_lo, lo) and bitwise_equal(d_hi, hi)
+
+    class Sub(torch.Tensor):
+        pass
+
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    for args in ((lo.as_subclass(Sub), hi, NH, 4, 4), (lo, hi.as_subclass(Sub), NH, 4, 4),
+                 (lo, hi, True, 4, 4), (lo, hi, NH, 4.0, 4), (lo, hi, NH, 4, 2**70),
+                 (lo.numpy(), hi, NH, 4, 4), (lo, None, NH, 4, 4)):
+        assert ext.merge_attn_eager(*args) is None
+        assert ext.merge_eager(*args, None) is None
+    assert ext.merge_eager(lo, hi, NH, 4, 4, out.tensor.as_subclass(Sub)) is None
+    assert ext.merge_eager(lo, hi, NH, 4, 4, out.tensor.numpy()) is None
+    assert ext.merge_backward_eager(want.as_subclass(Sub), NH, KD, None, None) is None
+    assert ext.merge_backward_eager(want, NH, float(KD), None, None) is None
+    assert ext.merge_backward_eager(want, NH, KD, None, lo.numpy()) is None
+    for mode in (Seen(), TorchFunctionMode()):
+        with mode:
+            assert ext.merge_attn_eager(lo, hi, NH, 4, 4) is None
+            assert ext.merge_backward_eager(want, NH, KD, None, None) is None
+    with torch.no_grad():  # inside no_grad the lane runs, and records nothing
+        got = ext.merge_attn_eager(lo.requires_grad_(), hi, NH, 4, 4)
+    assert bitwise_equal(got, want) and got.grad_fn is None
+    recorded = ext.merge_attn_eager(lo, hi, NH, 4, 4)
+    assert recorded.grad_fn is not None  # autograd records: the C++ node
+    lo.requires_grad_(False)
+    # a bad call through the lane: the library's message, as every path gives it
+    with pytest.raises(ValueError) as lane_error:
+        pt.merge_attn(lo, hi[:, :8], NH, 4, 4)
+    with torch_ext.suspended(), pytest.raises(ValueError) as python_error:
+        pt.merge_attn(lo, hi[:, :8], NH, 4, 4)
+    assert str(lane_error.value) == str(python_error.value)
+
+
+def test_eager_lane_closes_with_its_binding(ext):
+    """forget / suspended / another native library close the lane; torch.compile never
+    takes it (the op runs traced, with the same result)."""
+    from psa_tvm import ops
+
+    _open_lane(ext)
+    torch_ext.forget()
+    assert torch_ext.LANE is None
+    _open_lane(ext)
+    with torch_ext.suspended():
+        assert torch_ext.LANE is None
+        lo = inputs((NH, 16, KD), torch.float32, "cpu", 1)
+        pt.merge_attn(lo, lo, NH, 4, 4)
+        assert torch_ext.LANE is None  # no call opens it while suspended
+    _open_lane(ext)
+    lane, library = torch_ext.LANE, ops._NATIVE
+    lo = inputs((NH, 16, KD), torch.float32, "cpu", 1)
+    try:
+        ops._NATIVE = False  # no library in use (as after PSA_TVM_NATIVE=0): the lane is shut
+        assert bitwise_equal(pt.merge_attn(lo, lo, NH, 4, 4), _merged_ref(lo, lo, 4, 4))
+        assert bitwise_equal(psa_tvm.merge(lo, lo, NH, 4, 4), _merged_ref(lo, lo, 4, 4))
+        assert torch_ext.LANE is lane
+    finally:
+        ops._NATIVE = library
+    ops._forget_native()  # looked up again by the next call: the same library, lane reopens
+    assert bitwise_equal(pt.merge_attn(lo, lo, NH, 4, 4), _merged_ref(lo, lo, 4, 4))
+    assert torch_ext.LANE[0] is ops._NATIVE
+    compiled = torch.compile(pt.merge_attn, fullgraph=True, backend="eager")
+    assert bitwise_equal(compiled(lo, lo, NH, 4, 4), _merged_ref(lo, lo, 4, 4))
 
 
 def test_disabled_by_the_environment(ext, small_artifacts, monkeypatch):
@@ -261,12 +364,18 @@ def test_gpu_attention_inference_equals_the_python_path(gpu_ext, backend, shape)
             python = A.psa_attention(qkv, NH, KD, height, width, backend)
     trained = A.psa_attention(qkv.clone().requires_grad_(True), NH, KD, height, width, backend)
     assert bitwise_equal(direct, python) and bitwise_equal(public, python)
-    assert bitwise_equal(python, trained.detach())
+    if backend == "flash" and batch == 1:
+        # inference pairs the two flash calls into one (a batch of 2): flash may split the
+        # keys differently for a batch of 2, so the sums may round differently
+        torch.testing.assert_close(python, trained.detach(), atol=2e-3, rtol=2e-3)
+    else:
+        assert bitwise_equal(python, trained.detach())
 
 
 def test_fuzz_extension_entries(ext):
-    """Random, mostly wrong arguments to the extension's functions: ValueError, TypeError or a
-    missing-build RuntimeError, or an exact result; never a crash, never a write when refused."""
+    """Random, mostly wrong arguments to the extension's functions (and its eager lanes, which
+    may also answer None): ValueError, TypeError or a missing-build RuntimeError, or an exact
+    result; never a crash, never a write when refused."""
     hypothesis = pytest.importorskip("hypothesis")
     st = pytest.importorskip("hypothesis.strategies")
 
@@ -288,11 +397,12 @@ def test_fuzz_extension_entries(ext):
 
     scalars = st.integers(-2, 9) | st.sampled_from([True, 2.5, "4", None, 2**62])
 
-    @hypothesis.settings(max_examples=300, deadline=None, derandomize=True)
+    @hypothesis.settings(max_examples=500, deadline=None, derandomize=True)
     @hypothesis.given(data=st.data())
     def run(data):
         draw = data.draw
-        name = draw(st.sampled_from(["merge", "merge_backward", "merge_attn"]))
+        name = draw(st.sampled_from(["merge", "merge_backward", "merge_attn", "merge_eager",
+                                     "merge_backward_eager", "merge_attn_eager"]))
         batch, height, width = draw(st.integers(0, 2)), draw(st.integers(0, 4)), 3
         n = height * width
         lo = inputs((batch * NH, n, KD), torch.float32, "cpu", 1)
@@ -300,7 +410,7 @@ def test_fuzz_extension_entries(ext):
         out = poisoned((batch, C, height, width), torch.float32, "cpu")
         valid = {"merge": [lo, hi, NH, height, width, out.tensor],
                  "merge_backward": [out.tensor, NH, KD, None, None],
-                 "merge_attn": [lo, hi, NH, height, width]}[name]
+                 "merge_attn": [lo, hi, NH, height, width]}[name.removesuffix("_eager")]
         args = list(valid)
         for _ in range(draw(st.integers(0, 3))):
             i = min(draw(st.integers(0, len(args) - 1)), len(args) - 1)
@@ -314,7 +424,8 @@ def test_fuzz_extension_entries(ext):
         except RuntimeError as err:
             assert str(err).startswith("PsaArtifactNotFound"), err
             return
-        if args == valid and name == "merge":
+        unchanged = all(a is b for a, b in zip(args, valid, strict=True))
+        if unchanged and name.removesuffix("_eager") == "merge":
             assert bitwise_equal(out.tensor, _merged_ref(lo, hi, height, width))
         assert out.canaries_intact()
 

@@ -12,6 +12,9 @@
 //
 // Built on first use by psa_tvm/runtime/torch_ext.py with torch.utils.cpp_extension against
 // the installed torch (a C++ extension has that torch's ABI); bound to a library with bind().
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/extension.h>
 
 #if PSA_EXT_CUDA
@@ -266,6 +269,147 @@ at::Tensor MergeAttn(const at::Tensor& lo, const at::Tensor& hi, int64_t num_hea
   return Merge(lo, hi, num_heads, height, width, c10::nullopt);
 }
 
+// ---- eager lanes: psa_tvm.torch.merge_attn and the allocating psa_tvm.merge /
+// merge_backward call these first, with their Python arguments as they are. Each answers None
+// when the call is not a plain eager one (then the Python function takes its ordinary path,
+// which decides and explains), so the Python side is one check (torch.compile tracing, which
+// only Python can see) and one call: at batch 1 the op is host-bound, and every Python-level
+// check costs about what a torch op's argument parsing does.
+
+// A plain tensor: torch.Tensor itself (or Parameter; no subclass, which may mean something
+// else), strided, not under a functorch transform.
+const at::Tensor* Plain(PyObject* obj) {
+  if (!THPVariable_CheckExact(obj)) return nullptr;
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  static const c10::DispatchKeySet wrapped({c10::DispatchKey::FuncTorchBatched,
+                                            c10::DispatchKey::FuncTorchGradWrapper,
+                                            c10::DispatchKey::Functionalize,
+                                            c10::DispatchKey::Python});
+  if (t.layout() != at::kStrided || !(t.key_set() & wrapped).empty()) return nullptr;
+  return &t;
+}
+
+// An exact Python int (not a bool) that fits int64_t.
+bool Int64(PyObject* obj, int64_t* value) {
+  if (!PyLong_CheckExact(obj)) return false;
+  int overflow = 0;
+  *value = PyLong_AsLongLongAndOverflow(obj, &overflow);
+  return overflow == 0 && !(*value == -1 && PyErr_Occurred());
+}
+
+// No dispatch or function mode is active (they must see the call: the torch.library op).
+bool NoModes() {
+  return c10::impl::TorchDispatchModeTLS::stack_len() == 0 &&
+         !at::impl::torch_function_mode_enabled();
+}
+
+PyObject* Wrap(at::Tensor t) { return THPVariable_Wrap(std::move(t)); }
+
+// An optional output: None, or a plain tensor (else not a plain call).
+bool OptionalPlain(PyObject* obj, c10::optional<at::Tensor>* out) {
+  if (obj == Py_None) return true;
+  const at::Tensor* t = Plain(obj);
+  if (t) *out = *t;
+  return t != nullptr;
+}
+
+// The lanes are CPython METH_FASTCALL functions, not pybind11 ones: pybind11's overload
+// dispatch costs a few hundred ns per call, a few percent of a copy_ at batch 1. So they
+// translate C++ errors themselves, as torch's own bindings do (message without backtrace).
+template <typename Body>
+PyObject* Guarded(const char* name, Py_ssize_t nargs, Py_ssize_t expected, Body body) {
+  if (nargs != expected) {
+    PyErr_Format(PyExc_TypeError, "%s: expected %zd arguments, got %zd", name, expected, nargs);
+    return nullptr;
+  }
+  try {
+    return body();
+  } catch (const c10::ValueError& e) {
+    PyErr_SetString(PyExc_ValueError, e.what_without_backtrace());
+  } catch (const c10::TypeError& e) {
+    PyErr_SetString(PyExc_TypeError, e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+// merge_attn(lo, hi, num_heads, H, W), or None.
+PyObject* MergeAttnEager(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return Guarded("merge_attn_eager", nargs, 5, [&]() -> PyObject* {
+    const at::Tensor* l = Plain(args[0]);
+    const at::Tensor* h = l ? Plain(args[1]) : nullptr;
+    int64_t heads, rows, cols;
+    if (!h || !Int64(args[2], &heads) || !Int64(args[3], &rows) || !Int64(args[4], &cols) ||
+        !NoModes()) {
+      Py_RETURN_NONE;
+    }
+    return Wrap(MergeAttn(*l, *h, heads, rows, cols));
+  });
+}
+
+// merge(lo, hi, num_heads, H, W, out) (out None: allocated), or None.
+PyObject* MergeEager(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return Guarded("merge_eager", nargs, 6, [&]() -> PyObject* {
+    const at::Tensor* l = Plain(args[0]);
+    const at::Tensor* h = l ? Plain(args[1]) : nullptr;
+    int64_t heads, rows, cols;
+    c10::optional<at::Tensor> given;
+    if (!h || !Int64(args[2], &heads) || !Int64(args[3], &rows) || !Int64(args[4], &cols) ||
+        !OptionalPlain(args[5], &given) || !NoModes()) {
+      Py_RETURN_NONE;
+    }
+    if (given) {
+      Merge(*l, *h, heads, rows, cols, given);
+      Py_INCREF(args[5]);
+      return args[5];  // the caller's object itself
+    }
+    return Wrap(Merge(*l, *h, heads, rows, cols, c10::nullopt));
+  });
+}
+
+// merge_backward(d_merged, num_heads, key_dim, d_lo, d_hi) (None: allocated), or None.
+PyObject* MergeBackwardEager(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return Guarded("merge_backward_eager", nargs, 5, [&]() -> PyObject* {
+    const at::Tensor* g = Plain(args[0]);
+    int64_t heads, width;
+    c10::optional<at::Tensor> given[2];
+    if (!g || !Int64(args[1], &heads) || !Int64(args[2], &width) ||
+        !OptionalPlain(args[3], &given[0]) || !OptionalPlain(args[4], &given[1]) ||
+        !NoModes()) {
+      Py_RETURN_NONE;
+    }
+    auto [new_lo, new_hi] = MergeBackward(*g, heads, width, given[0], given[1]);
+    PyObject* pair = PyTuple_New(2);
+    PyObject* lo = given[0] ? (Py_INCREF(args[3]), args[3]) : Wrap(std::move(new_lo));
+    PyObject* hi = given[1] ? (Py_INCREF(args[4]), args[4]) : Wrap(std::move(new_hi));
+    if (pair == nullptr || lo == nullptr || hi == nullptr) {
+      Py_XDECREF(pair), Py_XDECREF(lo), Py_XDECREF(hi);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(pair, 0, lo);  // steals
+    PyTuple_SET_ITEM(pair, 1, hi);
+    return pair;
+  });
+}
+
+PyMethodDef kLanes[] = {
+    {"merge_attn_eager", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+                             MergeAttnEager)),
+     METH_FASTCALL, "merge_attn(lo, hi, num_heads, H, W) for a plain eager call, else None"},
+    {"merge_eager", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(MergeEager)),
+     METH_FASTCALL,
+     "merge(lo, hi, num_heads, H, W, out) (out None: allocated) for a plain eager call, "
+     "else None"},
+    {"merge_backward_eager", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+                                 MergeBackwardEager)),
+     METH_FASTCALL,
+     "merge_backward(d_merged, num_heads, key_dim, d_lo, d_hi) (None: allocated) for a plain "
+     "eager call, else None"},
+};
+
 // One layout-family kernel (psa_tvm/layouts.py): tensors in the op's order, output last.
 void StreamRun(int64_t op, int64_t pass, int64_t batch, int64_t n, int64_t num_heads,
                int64_t key_dim, std::initializer_list<at::Tensor> tensors) {
@@ -283,6 +427,13 @@ at::Tensor Chunk(const at::Tensor& p, int64_t key_dim, int64_t first, int64_t co
   return p.as_strided({p.size(0), p.size(2), p.size(1), count * key_dim},
                       {p.stride(0), p.stride(2), p.stride(1), 1},
                       p.storage_offset() + first * key_dim);
+}
+
+// At batch 1: V_lo and V_hi of ``p [1, N, nh, 4*kd]`` as one ``[2, nh, N, kd]`` view (the
+// halves one kd apart: the batch stride is kd).
+at::Tensor VPair(const at::Tensor& p, int64_t key_dim) {
+  return p.as_strided({2, p.size(2), p.size(1), key_dim}, {key_dim, p.stride(2), p.stride(1), 1},
+                      p.storage_offset() + 2 * key_dim);
 }
 
 // psa_tvm.attention._flash_forward / _cudnn_forward for inference, in C++ (the same kernels
@@ -303,6 +454,14 @@ at::Tensor AttentionInference(const at::Tensor& qkv, int64_t num_heads, int64_t 
         q, k, Chunk(p, key_dim, 2, 2), c10::nullopt, false, 0.0, false, false, scale));
     StreamRun(b.op_attn, 0, batch, n, num_heads, key_dim,
               {o.transpose(1, 2).contiguous(), out});
+    return out;
+  }
+  if (batch == 1) {  // one flash call for both halves (psa_tvm.attention._flash_pair)
+    const at::Tensor o = std::get<0>(at::_scaled_dot_product_flash_attention(
+        q.expand({2, -1, -1, -1}), k.expand({2, -1, -1, -1}), VPair(p, key_dim), 0.0, false,
+        false, scale)).transpose(1, 2).contiguous();
+    StreamRun(b.op_attn_flash, 0, batch, n, num_heads, key_dim,
+              {o.narrow(0, 0, 1), o.narrow(0, 1, 1), out});
     return out;
   }
   const at::Tensor lo = std::get<0>(at::_scaled_dot_product_flash_attention(
@@ -326,6 +485,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("merge_backward", &MergeBackward,
         "merge_backward(d_merged, num_heads, key_dim, d_lo, d_hi) -> (d_lo, d_hi)");
   m.def("merge_attn", &MergeAttn, "merge_attn(lo, hi, num_heads, H, W) -> merged");
+  for (PyMethodDef& lane : kLanes) {
+    m.add_object(lane.ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(&lane, nullptr)));
+  }
   m.def("attention_inference", &AttentionInference,
         "attention_inference(qkv, num_heads, key_dim, H, W, flash) -> [B, nh*2*kd, H, W]");
 }

@@ -37,6 +37,13 @@ _SUSPENDED = False  # inside suspended(): the paths without the extension run
 _MODULE: Any = None  # the loaded extension
 _FAILURE: str = ""  # why it could not be built or loaded
 
+LANE: tuple[Any, Any, Any] | None = None
+"""``(library, module, torch.compiler.is_compiling)`` once a call has bound the extension to
+that native library object: the eager lanes of ``psa_tvm.torch.merge_attn`` and the allocating
+``psa_tvm.merge`` / ``merge_backward`` call the module's ``*_eager`` functions directly when the
+library is still the one in use (each answers None for a call that is not a plain eager one).
+None until then, and again after :func:`forget`, :func:`reset` or within :func:`suspended`."""
+
 
 class TorchExtensionError(RuntimeError):
     """The extension was required (``PSA_TVM_TORCH_EXT=1``) and could not be built or loaded."""
@@ -134,6 +141,15 @@ def module_for(library_path: Path, *, may_build: bool) -> Any:
         return _MODULE
 
 
+def open_lane(library: Any, module: Any) -> None:
+    """Record that ``module`` is bound to ``library`` (see :data:`LANE`)."""
+    global LANE
+    if not _SUSPENDED and module is _MODULE and module is not None:
+        import torch
+
+        LANE = (library, module, torch.compiler.is_compiling)
+
+
 def unavailable_reason() -> str:
     """Why the extension could not be built or loaded ("" when it was, or was not tried)."""
     return _FAILURE
@@ -142,24 +158,24 @@ def unavailable_reason() -> str:
 def forget() -> None:
     """Forget the binding and the mode read from ``$PSA_TVM_TORCH_EXT`` (the next call reads
     and binds again); the extension itself stays loaded."""
-    global _BOUND_PATH, _MODE
+    global _BOUND_PATH, _MODE, LANE
     with _LOCK:
-        _BOUND_PATH, _MODE = None, None
+        _BOUND_PATH, _MODE, LANE = None, None, None
 
 
 def reset() -> None:
     """Drop this module's reference to the extension (tests: the following calls take the
     paths without it until a call builds or loads it again, which is then a cached load)."""
-    global _MODULE, _FAILURE, _BOUND_PATH, _MODE
+    global _MODULE, _FAILURE, _BOUND_PATH, _MODE, LANE
     with _LOCK:
-        _MODULE, _FAILURE, _BOUND_PATH, _MODE = None, "", None, None
+        _MODULE, _FAILURE, _BOUND_PATH, _MODE, LANE = None, "", None, None, None
 
 
 @contextlib.contextmanager
 def suspended() -> Iterator[None]:
     """Within: calls take the paths without the extension (benchmarks compare both)."""
-    global _SUSPENDED
-    previous, _SUSPENDED = _SUSPENDED, True
+    global _SUSPENDED, LANE
+    previous, _SUSPENDED, LANE = _SUSPENDED, True, None
     try:
         yield
     finally:

@@ -5,7 +5,9 @@
 ``merge_attn`` eager no-grad <= 1.0x, with autograd recording <= 2.0x, ``psa_tvm.merge``
 allocating <= 1.2x); on the CPU, ``psa_tvm.merge`` on a tiny shape against the CPU ``copy_``.
 Loops of asynchronous calls with one synchronisation at the end; each path is timed in several
-interleaved rounds and the median is kept, so the ratios are taken under the same conditions.
+interleaved rounds. A path's ratio is the median over rounds of its time / ``copy_``'s time in
+the same round: on a shared host the speed of the CPU moves between rounds (``copy_`` moved
+6.2-10.5 us across runs on the H200 host), and a ratio of one round's neighbours cancels that.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ def _per_call(fn: Callable[[], object], calls: int, sync: Callable[[], None]) ->
 
 def host_table(device: str = "cuda", *, batch: int = 1, height: int = 20, width: int = 20,
                key_dim: int = 32, num_heads: int = 4, dtype: str = "float16",
-               calls: int = 2000, rounds: int = 7) -> dict[str, float]:
-    """Median host microseconds per call of each path, by name (``torch copy_`` first)."""
+               calls: int = 2000, rounds: int = 9) -> dict[str, tuple[float, float]]:
+    """Per path, by name (``torch copy_`` first): the median host microseconds per call and
+    the median over rounds of the ratio to ``copy_`` in the same round."""
     torch_dtype = getattr(torch, dtype)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     lo = torch.randn(batch * num_heads, height * width, key_dim, device=device,
@@ -53,7 +56,7 @@ def host_table(device: str = "cuda", *, batch: int = 1, height: int = 20, width:
     lib = native_rt.load(env.default_artifacts_dir())
     args = (lo, hi, num_heads, height, width)
     paths: dict[str, Callable[[], object]] = {
-        "torch copy_ (same bytes)": lambda: out.copy_(src),
+        _COPY: lambda: out.copy_(src),
         "eager stack+permute+reshape": lambda: reference.merge(*args),
         "torch.add (one allocating eager op)": lambda: torch.add(lo, hi),
         "torch.empty_like(out)": lambda: torch.empty_like(out),
@@ -90,14 +93,20 @@ def host_table(device: str = "cuda", *, batch: int = 1, height: int = 20, width:
             without = torch_ext.suspended() if name.endswith(_WITHOUT) else nullcontext()
             with torch.set_grad_enabled("no grad" not in name), without:
                 samples[name].append(_per_call(fn, calls, sync))
-    return {name: statistics.median(values) for name, values in samples.items()}
+    copies = samples[_COPY]
+    return {name: (statistics.median(values),
+                   statistics.median(v / c for v, c in zip(values, copies, strict=True)))
+            for name, values in samples.items()}
 
 
-def print_table(device: str, table: dict[str, float], shape: str) -> None:
-    copy = table["torch copy_ (same bytes)"]
-    print(f"host time per call on {device} ({shape}); ratio to torch copy_")
-    for name, us in table.items():
-        print(f"  {name:52s} {us:8.2f} us  {us / copy:5.2f}x")
+_COPY = "torch copy_ (same bytes)"
+
+
+def print_table(device: str, table: dict[str, tuple[float, float]], shape: str) -> None:
+    print(f"host time per call on {device} ({shape}); median us per call, median per-round "
+          "ratio to torch copy_")
+    for name, (us, ratio) in table.items():
+        print(f"  {name:52s} {us:8.2f} us  {ratio:5.2f}x")
 
 
 def main_host(device: str, shapes: list[tuple[int, int, int]] | None = None) -> int:
