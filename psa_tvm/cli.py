@@ -201,6 +201,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_torch_ext(args: argparse.Namespace) -> int:
+    """Build (or find in the cache) the optional PyTorch extension, ahead of the first call."""
+    from psa_tvm.runtime import torch_ext
+
+    reason = torch_ext._why_not()
+    if reason is not None:
+        print(f"psa-tvm: cannot build the PyTorch extension: {reason}", file=sys.stderr)
+        return 1
+    module = torch_ext.build_and_load(verbose=args.verbose)
+    print(f"psa-tvm: the PyTorch extension is built: {module.__file__}")
+    return 0
+
+
 _TOOLS = {"bench": "benchmark against copy, eager and torch.compile (GPU host)",
           "tune": "tune schedule parameters: build | run | select"}
 
@@ -246,6 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     inspect.add_argument("--show", nargs="+", default=["cuda", "resources"],
                          choices=["cuda", "resources", "launch"])
     inspect.set_defaults(func=cmd_inspect)
+
+    ext = sub.add_parser("torch-ext", help="build the optional PyTorch extension ahead of "
+                                           "time (needs a C++ compiler and ninja)")
+    ext.add_argument("-v", "--verbose", action="store_true")
+    ext.set_defaults(func=cmd_torch_ext)
 
     for name, summary in _TOOLS.items():
         tool = sub.add_parser(name, help=summary)

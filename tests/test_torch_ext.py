@@ -268,6 +268,40 @@ def test_eager_lane_closes_with_its_binding(ext):
     assert bitwise_equal(compiled(lo, lo, NH, 4, 4), _merged_ref(lo, lo, 4, 4))
 
 
+def test_auto_mode_cpu_calls_load_a_cached_build_and_never_build(ext, small_artifacts,
+                                                                   monkeypatch, tmp_path):
+    """PSA_TVM_TORCH_EXT=auto: a CPU call loads the build already in the cache (no compiler
+    runs); with an empty cache it takes the Python path without building."""
+    library = native_rt.load(small_artifacts)
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a CPU call in auto mode started a build")
+
+    monkeypatch.setenv("PSA_TVM_TORCH_EXT", "auto")
+    monkeypatch.setattr(torch_ext, "build_and_load", no_build)
+    try:
+        torch_ext.reset()  # the module fixture's build stays in its cache
+        module = torch_ext.module_for(library.path, may_build=False)
+        assert module is not None  # from the cached file (Python keeps one module per file)
+        lo = inputs((NH, 16, KD), torch.float32, "cpu", 1)
+        assert bitwise_equal(module.merge_attn(lo, lo, NH, 4, 4), _merged_ref(lo, lo, 4, 4))
+        torch_ext.reset()
+        monkeypatch.setenv("PSA_TVM_CACHE", str(tmp_path))  # an empty cache
+        assert torch_ext.module_for(library.path, may_build=False) is None
+        assert torch_ext.module_for(library.path, may_build=False) is None  # looked once
+    finally:
+        torch_ext.reset()
+        monkeypatch.undo()
+        torch_ext.module_for(library.path, may_build=True)  # the fixture's state again
+
+
+def test_cli_builds_it_ahead_of_time(ext, capsys):
+    from psa_tvm.cli import main
+
+    assert main(["torch-ext"]) == 0
+    assert "the PyTorch extension is built" in capsys.readouterr().out
+
+
 def test_disabled_by_the_environment(ext, small_artifacts, monkeypatch):
     monkeypatch.setenv("PSA_TVM_TORCH_EXT", "0")
     torch_ext.forget()

@@ -11,8 +11,10 @@ torch.compile, export and subclasses). Its functions (``merge``, ``merge_backwar
 ``RuntimeError`` starting with ``PsaArtifactNotFound``).
 
 ``$PSA_TVM_TORCH_EXT``: ``auto`` builds it on the first eager call on CUDA tensors when a C++
-compiler and ninja are here, and otherwise quietly keeps the Python path (CPU calls use it once
-built); ``1`` builds it on any call and raises when it cannot; ``0`` never uses it.
+compiler and ninja are here, and otherwise quietly keeps the Python path; CPU calls load a build
+already in the cache (``psa-tvm torch-ext`` builds one ahead of time) but never start one (a
+CPU user should not wait a minute for a compiler on the first call); ``1`` builds it on any
+call and raises when it cannot; ``0`` never uses it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ _MODE: str | None = None  # $PSA_TVM_TORCH_EXT, read once (forget() reads it aga
 _SUSPENDED = False  # inside suspended(): the paths without the extension run
 _MODULE: Any = None  # the loaded extension
 _FAILURE: str = ""  # why it could not be built or loaded
+_CACHE_LOOKED = False  # auto mode, CPU calls: whether the cache was looked at for a build
 
 LANE: tuple[Any, Any, Any] | None = None
 """``(library, module, torch.compiler.is_compiling)`` once a call has bound the extension to
@@ -60,6 +63,29 @@ def _digest() -> str:
     return sha.hexdigest()[:12]
 
 
+def _build_location() -> tuple[Path, str]:
+    """The build directory and module name of the extension for this torch/tvm-ffi/source."""
+    digest = _digest()
+    return env.torch_ext_cache_dir() / digest, f"psa_tvm_torch_ext_{digest}"
+
+
+def load_cached() -> Any:
+    """The extension from the cache when a build for this torch and source is there (no
+    compiler is run), else None."""
+    import importlib.util
+
+    build_dir, name = _build_location()
+    built = sorted(build_dir.glob(f"{name}*.so"))
+    if not built:
+        return None
+    import torch  # noqa: F401  (the module links against torch's libraries, loaded first)
+
+    spec = importlib.util.spec_from_file_location(name, built[0])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def build_and_load(verbose: bool = False) -> Any:
     """Build (or reuse the cached build of) the extension; returns its Python module."""
     import torch
@@ -67,9 +93,7 @@ def build_and_load(verbose: bool = False) -> Any:
     from torch.utils import cpp_extension
 
     cuda = torch.version.cuda is not None
-    digest = _digest()
-    build_dir = env.torch_ext_cache_dir() / digest
-    name = f"psa_tvm_torch_ext_{digest}"
+    build_dir, name = _build_location()
     if not any(build_dir.glob(f"{name}*.so")):
         print(f"psa-tvm: building the PyTorch extension of merge_attn into {build_dir} (once "
               "per torch version) ...", file=sys.stderr, flush=True)
@@ -91,6 +115,18 @@ def _why_not() -> str | None:
         except ImportError:
             return "no ninja (pip install ninja)"
     return None
+
+
+def _load_if_cached() -> Any:
+    """The cached build, loaded once per process if there is one (auto mode, CPU calls)."""
+    global _MODULE, _CACHE_LOOKED
+    if _MODULE is None and not _CACHE_LOOKED and not _FAILURE:
+        _CACHE_LOOKED = True
+        try:
+            _MODULE = load_cached()
+        except Exception:  # a stale or foreign file: the Python path, and a CUDA call rebuilds
+            _MODULE = None
+    return _MODULE
 
 
 def _load() -> Any:
@@ -121,11 +157,13 @@ def module_for(library_path: Path, *, may_build: bool) -> Any:
         return None
     mode = _MODE or env.torch_ext_mode()
     _MODE = mode
-    if mode == "0" or (module is None and not may_build and mode != "1"):
-        return None  # (CPU calls before any CUDA call: no lock, no build)
+    if mode == "0" or (module is None and not may_build and mode != "1" and _CACHE_LOOKED):
+        return None  # (CPU calls in auto mode with no cached build: no lock, no build)
     with _LOCK:
         if _MODULE is None and (may_build or mode == "1"):
             _load()  # sets _FAILURE when it cannot (once: a failure is not retried)
+        elif _MODULE is None:
+            _load_if_cached()
         if _MODULE is None:
             if mode == "1":
                 raise TorchExtensionError(f"PSA_TVM_TORCH_EXT=1 but the PyTorch extension is "
@@ -166,9 +204,10 @@ def forget() -> None:
 def reset() -> None:
     """Drop this module's reference to the extension (tests: the following calls take the
     paths without it until a call builds or loads it again, which is then a cached load)."""
-    global _MODULE, _FAILURE, _BOUND_PATH, _MODE, LANE
+    global _MODULE, _FAILURE, _BOUND_PATH, _MODE, LANE, _CACHE_LOOKED
     with _LOCK:
         _MODULE, _FAILURE, _BOUND_PATH, _MODE, LANE = None, "", None, None, None
+        _CACHE_LOOKED = False
 
 
 @contextlib.contextmanager
