@@ -53,8 +53,43 @@ def candidate_params(config: OpConfig) -> Iterator[dict]:
         yield asdict(params)
 
 
+# The second, small grid (docs/attention.md, "Several slices per CTA, tiles that divide N"):
+# (tile_n, threads, row_threads, slices_per_cta, heads_inner). The default and the first
+# grid's best sets, tiles dividing the YOLO N's (400, 1600, 6400 are multiples of 40 and 80),
+# and CTAs moving k consecutive streams (heads_inner: heads) of one spatial tile, i.e. k*kd
+# contiguous elements of each bnhd row.
+CTA_GRID = (
+    (128, 128, 2, 1, False), (64, 128, 4, 1, False), (64, 256, 4, 1, False),
+    (80, 160, 4, 1, False), (80, 160, 2, 1, False), (80, 320, 4, 1, False),
+    (40, 160, 4, 1, False), (200, 160, 4, 1, False), (400, 320, 4, 1, False),
+    (64, 128, 4, 2, False), (80, 160, 4, 2, False), (64, 256, 4, 4, False),
+    (80, 320, 4, 4, False),
+    (64, 128, 4, 2, True), (80, 160, 4, 2, True), (80, 320, 4, 4, True),
+    (64, 192, 4, 3, True), (80, 240, 4, 3, True),
+)
+
+
+def cta_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
+    """:data:`CTA_GRID` for one family op: the sets whose ``slices_per_cta`` divides the op's
+    streams (heads with ``heads_inner``) and that pass the rule's check."""
+    from psa_tvm.compiler.rules.base import params_as_dict
+    from psa_tvm.compiler.rules.tiled import Tiled, TiledParams
+
+    rule, streams = Tiled(), STREAM_OPS[op].num_streams
+    for tile_n, threads, row_threads, slices, heads_inner in CTA_GRID:
+        if (config.num_heads if heads_inner else streams) % slices:
+            continue
+        params = TiledParams(tile_n=tile_n, threads=threads, row_threads=row_threads,
+                             slices_per_cta=slices, heads_inner=heads_inner)
+        try:
+            rule.check_params(config, params)
+        except ValueError:
+            continue
+        yield params_as_dict(params)
+
+
 def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
-          jobs: int) -> None:
+          jobs: int, grid: str = "base") -> None:
     from psa_tvm.compiler import artifact
     from psa_tvm.compiler.artifact import BuildRequest, build_artifacts
     from psa_tvm.compiler.rules.tiled import TiledParams
@@ -66,7 +101,8 @@ def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
     requests = []
     for nh, dtype, op in itertools.product(num_heads, dtypes, ops):
         config = OpConfig(KEY_DIM, nh, dtype)
-        for params in candidate_params(config):
+        cands = candidate_params(config) if grid == "base" else cta_candidate_params(config, op)
+        for params in cands:
             requests.append(BuildRequest(config, "tiled", TiledParams(**params),
                                          preferred=False, op=op))
     print(f"{len(requests)} candidate builds", flush=True)
@@ -86,8 +122,12 @@ EXTRA_SHAPES = ((128, 64, 80), (128, 16, 40), (512, 16, 40), (512, 8, 80))
 
 
 def params_key(params: dict) -> str:
+    """``t<tile_n>/<threads>/r<row_threads>/p<pad_bytes>``, then ``/x`` (``slices_on_x``),
+    ``/k<slices_per_cta>`` and ``/h`` (``heads_inner``) where set."""
     return (f"t{params['tile_n']}/{params['threads']}/r{params['row_threads']}/"
-            f"p{params['pad_bytes']}" + ("/x" if params.get("slices_on_x") else ""))
+            f"p{params['pad_bytes']}" + ("/x" if params.get("slices_on_x") else "")
+            + (f"/k{params['slices_per_cta']}" if params.get("slices_per_cta", 1) > 1 else "")
+            + ("/h" if params.get("heads_inner") else ""))
 
 
 def _profile_rounds(calls: dict, iters: int, rounds: int) -> dict:
@@ -305,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--dtypes", nargs="+", default=["float16"])
     b.add_argument("--ops", nargs="+", default=list(STREAM_OPS))
     b.add_argument("-j", "--jobs", type=int, default=1)
+    b.add_argument("--grid", choices=["base", "cta"], default="base",
+                   help="base: the 56-set grid; cta: the small grid of CTA_GRID")
     t = sub.add_parser("time")
     t.add_argument("roots", nargs="+", help="artifact directories written by `build`")
     t.add_argument("--out", default="layout-tune")
@@ -314,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--budget-s", type=float, default=120.0)
     args = parser.parse_args(argv)
     if args.cmd == "build":
-        build(Path(args.out), args.num_heads, args.dtypes, args.ops, args.jobs)
+        build(Path(args.out), args.num_heads, args.dtypes, args.ops, args.jobs, args.grid)
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
