@@ -54,18 +54,20 @@ def candidate_params(config: OpConfig) -> Iterator[dict]:
 
 
 # The second, small grid (docs/attention.md, "Several slices per CTA, tiles that divide N"):
-# (tile_n, threads, row_threads, slices_per_cta, heads_inner). The default and the first
-# grid's best sets, tiles dividing the YOLO N's (400, 1600, 6400 are multiples of 40 and 80),
-# and CTAs moving k consecutive streams (heads_inner: heads) of one spatial tile, i.e. k*kd
-# contiguous elements of each bnhd row.
+# (tile_n, threads, row_threads, slices_per_cta, heads_inner, pad_bytes). The default and the
+# first grid's best sets, tiles dividing the YOLO N's (400, 1600, 6400 are multiples of 40 and
+# 80), and CTAs moving k consecutive streams (heads_inner: heads) of one spatial tile, i.e.
+# k*kd contiguous elements of each bnhd row.
 CTA_GRID = (
-    (128, 128, 2, 1, False), (64, 128, 4, 1, False), (64, 256, 4, 1, False),
-    (80, 160, 4, 1, False), (80, 160, 2, 1, False), (80, 320, 4, 1, False),
-    (40, 160, 4, 1, False), (200, 160, 4, 1, False), (400, 320, 4, 1, False),
-    (64, 128, 4, 2, False), (80, 160, 4, 2, False), (64, 256, 4, 4, False),
-    (80, 320, 4, 4, False),
-    (64, 128, 4, 2, True), (80, 160, 4, 2, True), (80, 320, 4, 4, True),
-    (64, 192, 4, 3, True), (80, 240, 4, 3, True),
+    (128, 128, 2, 1, False, 16), (64, 128, 4, 1, False, 16), (64, 256, 4, 1, False, 16),
+    (64, 256, 4, 1, False, 32), (128, 128, 4, 1, False, 32),
+    (80, 160, 4, 1, False, 16), (80, 160, 4, 1, False, 32), (80, 160, 2, 1, False, 16),
+    (80, 320, 4, 1, False, 16), (40, 160, 4, 1, False, 16), (200, 160, 4, 1, False, 16),
+    (400, 320, 4, 1, False, 16),
+    (64, 128, 4, 2, False, 16), (80, 160, 4, 2, False, 16), (80, 160, 4, 2, False, 32),
+    (64, 256, 4, 4, False, 16), (80, 320, 4, 4, False, 16),
+    (64, 128, 4, 2, True, 16), (80, 160, 4, 2, True, 16), (80, 160, 4, 2, True, 32),
+    (80, 320, 4, 4, True, 16), (64, 192, 4, 3, True, 16),
 )
 
 
@@ -76,11 +78,11 @@ def cta_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     from psa_tvm.compiler.rules.tiled import Tiled, TiledParams
 
     rule, streams = Tiled(), STREAM_OPS[op].num_streams
-    for tile_n, threads, row_threads, slices, heads_inner in CTA_GRID:
+    for tile_n, threads, row_threads, slices, heads_inner, pad in CTA_GRID:
         if (config.num_heads if heads_inner else streams) % slices:
             continue
         params = TiledParams(tile_n=tile_n, threads=threads, row_threads=row_threads,
-                             slices_per_cta=slices, heads_inner=heads_inner)
+                             pad_bytes=pad, slices_per_cta=slices, heads_inner=heads_inner)
         try:
             rule.check_params(config, params)
         except ValueError:
