@@ -80,6 +80,8 @@ SETS = {
     "streams4": TiledParams(tile_n=64, threads=256, row_threads=4, slices_per_cta=4),
     "heads2": TiledParams(tile_n=80, threads=160, row_threads=4, slices_per_cta=2,
                           heads_inner=True),
+    "heads2_pad32": TiledParams(tile_n=80, threads=160, row_threads=4, pad_bytes=32,
+                                slices_per_cta=2, heads_inner=True),
     "tile80": TiledParams(tile_n=80, threads=160, row_threads=4),
     "tile40_streams2_x": TiledParams(tile_n=40, threads=160, row_threads=2, slices_per_cta=2,
                                      slices_on_x=True),
@@ -174,7 +176,7 @@ def test_the_cta_grid_fits_every_op():
         for op_name, op in STREAM_OPS.items():
             grid = [RULE.params_from_dict(p)
                     for p in layout_tune.cta_candidate_params(config, op_name)]
-            assert len(grid) == len(set(grid)) and 12 <= len(grid) <= 16
+            assert len(grid) == len(set(grid)) and 16 <= len(grid) <= 22
             assert RULE.default_params(config) in grid
             for params in grid:
                 RULE.check_params(config, params)
@@ -183,3 +185,73 @@ def test_the_cta_grid_fits_every_op():
     assert layout_tune.params_key({"tile_n": 80, "threads": 160, "row_threads": 4,
                                    "pad_bytes": 16, "slices_per_cta": 2,
                                    "heads_inner": True}) == "t80/160/r4/p16/k2/h"
+
+
+def test_a_tile_that_is_no_power_of_two_plans_on_the_cpu(tmp_path):
+    """The grid of a tile of 80 positions is a truncating division in the manifest
+    (``T.Div(NV + 9, 10) + ...``); the run time evaluates it, and a CTA row holds k slices."""
+    from psa_tvm.compiler.artifact import build_artifacts
+    from psa_tvm.runtime.manifest import Manifest
+    from psa_tvm.runtime.stream_op import PsaStreamRuntimeOp, StreamDims
+    from psa_tvm.runtime.tensors import TensorInfo
+
+    config = OpConfig(32, 4, "float16")
+    params = TiledParams(tile_n=80, threads=160, row_threads=4, slices_per_cta=2)
+    build_artifacts([BuildRequest(config, "tiled", params, op="qkv")], tmp_path, ["sm_90"],
+                    native=False)
+    build = Manifest.load(tmp_path).find(config, "tiled", op="qkv")
+    assert any("T.Div" in k.grid[0] for k in build.kernels)
+    op = PsaStreamRuntimeOp("qkv", 32, 4, "float16", artifacts=tmp_path)
+    for n, tiles in ((400, 5), (1600, 20), (408, 6), (6, 1)):
+        dims = StreamDims(3, n)
+        shapes = op.kernel_shapes("forward", dims)
+        infos = {name: TensorInfo((1 << 20) + i * (1 << 40), shape, None, "float16", "cuda", 0)
+                 for i, (name, shape) in enumerate(shapes.items())}
+        plan = op.plan("forward", infos, dims)
+        assert plan.grid == (tiles, 3 * 4 * 4 // 2, 1) and plan.block == (160, 1, 1)
+
+
+# ----------------------------------------------------------------- qkv_grad_flash's own default
+def test_qkv_grad_flash_is_built_with_its_own_params_where_they_fit():
+    from psa_tvm.compiler.family_defaults import FAMILY_TILED, family_params
+
+    own = FAMILY_TILED["qkv_grad_flash"]
+    for dtype in ("float16", "bfloat16"):
+        for nh in (2, 4, 6, 8):
+            config = OpConfig(32, nh, dtype)
+            assert family_params("qkv_grad_flash", config) == own
+            assert BuildRequest(config, "tiled", op="qkv_grad_flash").resolved_params() == own
+    for config in (OpConfig(32, 3, "float16"), OpConfig(32, 4, "float32"),
+                   OpConfig(16, 4, "float16")):  # odd heads, untested dtype, kd < 4 vectors
+        assert family_params("qkv_grad_flash", config) is None
+        assert BuildRequest(config, "tiled", op="qkv_grad_flash").resolved_params() \
+            == RULE.default_params(config)
+    config = OpConfig(32, 4, "float16")
+    for op in ("qkv", "qkv_grad_cudnn", "attn_flash", "attn", "merge"):
+        assert BuildRequest(config, "tiled", op=op).resolved_params() \
+            == RULE.default_params(config)
+    assert BuildRequest(config, "tiled", SETS["tile80"], op="qkv_grad_flash") \
+        .resolved_params() == SETS["tile80"]  # explicit params win
+
+
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_every_variant_of_qkv_grad_flash_is_bit_exact(index_dtype):
+    """Every (vec_kd, vec) kernel the build holds with its own params (the GPU run timed only
+    the 16-byte int32 one), at an N with a partial tile; scalar N sides also at an odd N."""
+    from psa_tvm.compiler.artifact import variant_widths
+    from psa_tvm.compiler.family_defaults import FAMILY_TILED
+
+    params, op = FAMILY_TILED["qkv_grad_flash"], STREAM_OPS["qkv_grad_flash"]
+    config = OpConfig(32, 2, "float16")
+    for vec_kd, vec in variant_widths(RULE.vector_width(config, params), index_dtype):
+        func = stream_pass(config, op, "forward", vec=vec, index_dtype=index_dtype, name="f")
+        kernel = emulate(RULE.apply(func, "forward", config, params, vec, vec_kd))
+        for height, width in ((8, 13),) + (((7, 9),) if vec == 1 else ()):
+            n = height * width
+            shapes = op.kernel_shapes("forward", 2, n, 2, 32)
+            tensors = {name: inputs(shapes[name], torch.float16, "cpu", seed=i)
+                       for i, name in enumerate(op.tensor_names("forward")[:-1])}
+            out = torch.full(shapes["merge"], float("nan"), dtype=torch.float16)
+            kernel(*tensors.values(), out, n // vec)
+            expected = _torch_reference(op, "forward", tensors, 2, n, 2, 32, height, width)
+            assert bitwise_equal(out, expected), (vec_kd, vec, index_dtype, n)
