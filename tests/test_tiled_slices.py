@@ -10,6 +10,8 @@ candidate bitwise against the others (``layout_tune time``)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -255,3 +257,21 @@ def test_every_variant_of_qkv_grad_flash_is_bit_exact(index_dtype):
             kernel(*tensors.values(), out, n // vec)
             expected = _torch_reference(op, "forward", tensors, 2, n, 2, 32, height, width)
             assert bitwise_equal(out, expected), (vec_kd, vec, index_dtype, n)
+
+
+def test_the_tuning_table_compares_with_what_an_untuned_build_uses(tmp_path, monkeypatch):
+    """defaults.json records an op's own params ("<tag>/<op>") beside the rule's default, and
+    the table's "default" column reads them."""
+    import psa_tvm.compiler.artifact as artifact
+
+    monkeypatch.setattr(artifact, "build_artifacts", lambda *a, **k: None)
+    for name in ("variant_widths", "INDEX_DTYPES"):  # build() narrows them for its process
+        monkeypatch.setattr(artifact, name, getattr(artifact, name))
+    layout_tune.build(tmp_path, [4], ["float16"], ["qkv_grad_flash", "attn"], 1, grid="cta")
+    defaults = json.loads((tmp_path / "defaults.json").read_text())
+    tag = OpConfig(32, 4, "float16").tag
+    assert set(defaults) == {tag, f"{tag}/qkv_grad_flash"}
+    own = BuildRequest(OpConfig(32, 4, "float16"), "tiled", op="qkv_grad_flash").resolved_params()
+    assert layout_tune.default_key(defaults, "qkv_grad_flash", 4, "bfloat16") \
+        == layout_tune.params_key(params_as_dict(own)) == "t64/128/r4/p16/k2/h"
+    assert layout_tune.default_key(defaults, "attn", 4, "float16") == "t128/128/r2/p16"

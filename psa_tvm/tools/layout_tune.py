@@ -109,10 +109,18 @@ def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
                                          preferred=False, op=op))
     print(f"{len(requests)} candidate builds", flush=True)
     out.mkdir(parents=True, exist_ok=True)
+    # What an untuned build uses: the rule's default per configuration ("<tag>"), and an op's
+    # own params where it has them ("<tag>/<op>", compiler/family_defaults.py).
     from psa_tvm.compiler.rules.tiled import Tiled
-    (out / "defaults.json").write_text(json.dumps(
-        {OpConfig(KEY_DIM, nh, d).tag: asdict(Tiled().default_params(OpConfig(KEY_DIM, nh, d)))
-         for nh, d in itertools.product(num_heads, dtypes)}))
+    defaults = {}
+    for nh, d in itertools.product(num_heads, dtypes):
+        config = OpConfig(KEY_DIM, nh, d)
+        defaults[config.tag] = asdict(Tiled().default_params(config))
+        for op in ops:
+            own = BuildRequest(config, "tiled", op=op).resolved_params()
+            if own != Tiled().default_params(config):
+                defaults[f"{config.tag}/{op}"] = asdict(own)
+    (out / "defaults.json").write_text(json.dumps(defaults))
     start = time.perf_counter()
     build_artifacts(requests, out, ["sm_90"], jobs=jobs, keep_going=True, native=False)
     print(f"built in {time.perf_counter() - start:.0f} s", flush=True)
@@ -275,8 +283,7 @@ def time_candidates(roots: list[Path], out: Path, iters: int, rounds: int, top: 
     stage("float16", lambda name, pass_, nh, cands: cands)
 
     def top_of(name: str, pass_: str, nh: int, cands: dict) -> dict:
-        default = params_key(defaults.get(OpConfig(KEY_DIM, nh, "float16").tag, {}) or {
-            "tile_n": 0, "threads": 0, "row_threads": 0, "pad_bytes": 0})
+        default = default_key(defaults, name, nh, "float16")
         ranked = rank(records, name, pass_, nh, "float16")
         keys = [k for k in ranked[:top] if k in cands]
         keys += [k for k in cands if k == default and k not in keys]
@@ -284,6 +291,17 @@ def time_candidates(roots: list[Path], out: Path, iters: int, rounds: int, top: 
 
     stage("bfloat16", top_of)
     return records, defaults
+
+
+def default_key(defaults: dict, op: str, nh: int, dtype: str) -> str:
+    """The candidate key of what an untuned build of ``op`` uses (its own params, else the
+    rule's default; float16's when ``dtype`` has none recorded)."""
+    for d in (dtype, "float16"):
+        tag = OpConfig(KEY_DIM, nh, d).tag
+        found = defaults.get(f"{tag}/{op}") or defaults.get(tag)
+        if found:
+            return params_key(found)
+    return params_key({"tile_n": 0, "threads": 0, "row_threads": 0, "pad_bytes": 0})
 
 
 def rank(records: list[dict], name: str, pass_: str, nh: int, dtype: str) -> list[str]:
@@ -313,9 +331,7 @@ def table(records: list[dict], defaults: dict) -> str:
     for (name, pass_, dtype, nh), recs in sorted(groups.items()):
         shapes = sorted({(r["dim"], r["batch"], r["size"]) for r in recs}, reverse=True)
         frac = {(r["cand"], (r["dim"], r["batch"], r["size"])): r["fraction"] for r in recs}
-        default = params_key(defaults.get(OpConfig(KEY_DIM, nh, dtype).tag)
-                             or defaults.get(OpConfig(KEY_DIM, nh, "float16").tag)
-                             or {"tile_n": 0, "threads": 0, "row_threads": 0, "pad_bytes": 0})
+        default = default_key(defaults, name, nh, dtype)
         ranked = rank(records, name, pass_, nh, dtype)
         if not ranked:
             continue
