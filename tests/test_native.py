@@ -713,6 +713,10 @@ def test_library_without_cuda_runs_on_the_cpu(small_artifacts, tmp_path, monkeyp
     ("NV + 7 >> 3", {"NV": 17}, 3), ("B * T.int64(8)", {"B": 5}, 40),
     ("(NV + 127) // 128", {"NV": 129}, 2), ("T.min(B, 4) % 3", {"B": 7}, 1),
     ("T.Cast(\"int64\", NV) - 1", {"NV": 0}, -1), ("-7 // 2", {}, -4), ("-7 % 3", {}, 2),
+    # a tile of 80 positions at vec 8: ceil(NV / 10) as TIR lowers a floor division by 10
+    ("T.Div(NV + 9, 10) + (T.truncmod(NV + 9, 10) >> 31)", {"NV": 41}, 5),
+    ("T.Div(NV + 9, 10) + (T.truncmod(NV + 9, 10) >> 31)", {"NV": 50}, 5),
+    ("T.Div(-7, 2)", {}, -3), ("T.truncmod(-7, 3)", {}, -1),
 ])
 def test_launch_expressions_compile_to_the_same_values(tmp_path, expr, symbols, expected):
     """The manifest's TVMScript expressions in C++: floor // and %, casts, min/max."""

@@ -241,16 +241,17 @@ def test_fuzz_stream_entries(lib):
 
 
 def test_grid_limit_refused_as_the_runtime_op_does(attention_artifacts, lib):
-    """B=4096 needs grid[1] = B*nh*S = 65536 for qkv_grad_flash: the library refuses it with the
-    RuntimeOp's message (planning reads no element: the tensors are untouched memory)."""
-    name, b, n = "qkv_grad_flash", 4096, 64
+    """B=8192 needs grid[1] = B*nh*S/2 = 65536 for qkv_grad_flash (two heads per CTA): the
+    library refuses it with the RuntimeOp's message (planning reads no element: the tensors are
+    untouched memory)."""
+    name, b, n = "qkv_grad_flash", 8192, 64
     shapes = STREAM_OPS[name].kernel_shapes("forward", b, n, NH, KD)
     tensors = {t: _fake_huge(s) for t, s in shapes.items()}
     runtime = PsaStreamRuntimeOp(name, KD, NH, "float16", artifacts=attention_artifacts)
     with pytest.raises(ValueError) as want:
         runtime.plan("forward", {t: tensor_info(x, t) for t, x in tensors.items()},
                      StreamDims(b, n))
-    assert str(want.value) == "shape: B=4096, N=64 needs grid[1]=65536, past the CUDA limit 65535"
+    assert str(want.value) == "shape: B=8192, N=64 needs grid[1]=65536, past the CUDA limit 65535"
     ordered = [tensors[t] for t in STREAM_OPS[name].tensor_names("forward")]
     with pytest.raises(ValueError) as got:
         lib.stream_plan(lib.stream_ops[name], 0, b, n, NH, KD, "sm_90", *ordered)

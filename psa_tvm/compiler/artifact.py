@@ -57,8 +57,14 @@ class BuildRequest:
     op: str = "merge"  # or a member of the attention layout family (psa_tvm.layouts)
 
     def resolved_params(self) -> Any:
-        rule = get_rule(self.schedule)
-        return rule.default_params(self.config) if self.params is None else self.params
+        if self.params is not None:
+            return self.params
+        if self.op != "merge" and self.schedule == "tiled":  # a family op's own defaults
+            from psa_tvm.compiler.family_defaults import family_params
+
+            if (params := family_params(self.op, self.config)) is not None:
+                return params
+        return get_rule(self.schedule).default_params(self.config)
 
     @property
     def stem(self) -> str:

@@ -146,7 +146,8 @@ MISSING_CUDA = (
 # ----------------------------------------------------------------------------- expressions
 class _CxxExpr(ast.NodeVisitor):
     """A manifest launch expression (TVMScript: ``NV + 7 >> 3``, ``B * T.int64(8)``) as C++
-    over ``__int128`` (so no intermediate overflows; ``//``, ``%`` are floor operations)."""
+    over ``__int128`` (so no intermediate overflows; ``//``, ``%`` are floor operations, ``T.Div``
+    and ``T.truncmod`` truncating ones)."""
 
     _OPS: ClassVar[dict[type, str]] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*",
                                        ast.RShift: ">>", ast.LShift: "<<"}
@@ -185,6 +186,8 @@ class _CxxExpr(ast.NodeVisitor):
             return args[0]
         if name in ("min", "max") and len(args) == 2:
             return f"psa_{name}({args[0]}, {args[1]})"
+        if name in ("Div", "truncdiv", "truncmod") and len(args) == 2:  # C's / and %
+            return f"({args[0]} {'%' if name == 'truncmod' else '/'} {args[1]})"
         raise ValueError(f"unsupported call {ast.dump(node)}")
 
     def generic_visit(self, node: ast.AST) -> str:

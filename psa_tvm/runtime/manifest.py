@@ -26,7 +26,17 @@ _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
            ast.RShift: operator.rshift, ast.LShift: operator.lshift}
 _CASTS = {"int32", "int64"}
-_FUNCS = {"min": min, "max": max}
+
+
+def _truncdiv(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+# min/max; TIR's truncating division (C's / and %): a floor division by a constant that is not
+# a power of two prints as ``T.Div(x, c) + (T.truncmod(x, c) >> 31)`` (a tile of 80 positions).
+_FUNCS = {"min": min, "max": max, "Div": _truncdiv, "truncdiv": _truncdiv,
+          "truncmod": lambda a, b: a - b * _truncdiv(a, b)}
 
 
 def kernel_symbol(pass_: str, schedule: str, vec: int, index_dtype: str,
@@ -68,7 +78,7 @@ def _eval(node: ast.expr, env: dict[str, int]) -> int:
         args = [_eval(a, env) for a in node.args]
         if name in _CASTS:  # T.int64(8)
             return args[0]
-        if name in _FUNCS:  # min/max, bare or as T.min/T.max
+        if name in _FUNCS:  # min/max, bare or as T.min/T.max; T.Div, T.truncmod
             return _FUNCS[name](*args)
     raise ValueError(f"unsupported launch expression node {ast.dump(node)}")
 

@@ -53,8 +53,45 @@ def candidate_params(config: OpConfig) -> Iterator[dict]:
         yield asdict(params)
 
 
+# The second, small grid (docs/attention.md, "Several slices per CTA, tiles that divide N"):
+# (tile_n, threads, row_threads, slices_per_cta, heads_inner, pad_bytes). The default and the
+# first grid's best sets, tiles dividing the YOLO N's (400, 1600, 6400 are multiples of 40 and
+# 80), and CTAs moving k consecutive streams (heads_inner: heads) of one spatial tile, i.e.
+# k*kd contiguous elements of each bnhd row.
+CTA_GRID = (
+    (128, 128, 2, 1, False, 16), (64, 128, 4, 1, False, 16), (64, 256, 4, 1, False, 16),
+    (64, 256, 4, 1, False, 32), (128, 128, 4, 1, False, 32),
+    (80, 160, 4, 1, False, 16), (80, 160, 4, 1, False, 32), (80, 160, 2, 1, False, 16),
+    (80, 320, 4, 1, False, 16), (40, 160, 4, 1, False, 16), (200, 160, 4, 1, False, 16),
+    (400, 320, 4, 1, False, 16),
+    (64, 128, 4, 2, False, 16), (80, 160, 4, 2, False, 16), (80, 160, 4, 2, False, 32),
+    (64, 256, 4, 4, False, 16), (80, 320, 4, 4, False, 16),
+    (64, 128, 4, 2, True, 16), (80, 160, 4, 2, True, 16), (80, 160, 4, 2, True, 32),
+    (80, 320, 4, 4, True, 16), (64, 192, 4, 3, True, 16),
+)
+
+
+def cta_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
+    """:data:`CTA_GRID` for one family op: the sets whose ``slices_per_cta`` divides the op's
+    streams (heads with ``heads_inner``) and that pass the rule's check."""
+    from psa_tvm.compiler.rules.base import params_as_dict
+    from psa_tvm.compiler.rules.tiled import Tiled, TiledParams
+
+    rule, streams = Tiled(), STREAM_OPS[op].num_streams
+    for tile_n, threads, row_threads, slices, heads_inner, pad in CTA_GRID:
+        if (config.num_heads if heads_inner else streams) % slices:
+            continue
+        params = TiledParams(tile_n=tile_n, threads=threads, row_threads=row_threads,
+                             pad_bytes=pad, slices_per_cta=slices, heads_inner=heads_inner)
+        try:
+            rule.check_params(config, params)
+        except ValueError:
+            continue
+        yield params_as_dict(params)
+
+
 def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
-          jobs: int) -> None:
+          jobs: int, grid: str = "base") -> None:
     from psa_tvm.compiler import artifact
     from psa_tvm.compiler.artifact import BuildRequest, build_artifacts
     from psa_tvm.compiler.rules.tiled import TiledParams
@@ -66,15 +103,24 @@ def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
     requests = []
     for nh, dtype, op in itertools.product(num_heads, dtypes, ops):
         config = OpConfig(KEY_DIM, nh, dtype)
-        for params in candidate_params(config):
+        cands = candidate_params(config) if grid == "base" else cta_candidate_params(config, op)
+        for params in cands:
             requests.append(BuildRequest(config, "tiled", TiledParams(**params),
                                          preferred=False, op=op))
     print(f"{len(requests)} candidate builds", flush=True)
     out.mkdir(parents=True, exist_ok=True)
+    # What an untuned build uses: the rule's default per configuration ("<tag>"), and an op's
+    # own params where it has them ("<tag>/<op>", compiler/family_defaults.py).
     from psa_tvm.compiler.rules.tiled import Tiled
-    (out / "defaults.json").write_text(json.dumps(
-        {OpConfig(KEY_DIM, nh, d).tag: asdict(Tiled().default_params(OpConfig(KEY_DIM, nh, d)))
-         for nh, d in itertools.product(num_heads, dtypes)}))
+    defaults = {}
+    for nh, d in itertools.product(num_heads, dtypes):
+        config = OpConfig(KEY_DIM, nh, d)
+        defaults[config.tag] = asdict(Tiled().default_params(config))
+        for op in ops:
+            own = BuildRequest(config, "tiled", op=op).resolved_params()
+            if own != Tiled().default_params(config):
+                defaults[f"{config.tag}/{op}"] = asdict(own)
+    (out / "defaults.json").write_text(json.dumps(defaults))
     start = time.perf_counter()
     build_artifacts(requests, out, ["sm_90"], jobs=jobs, keep_going=True, native=False)
     print(f"built in {time.perf_counter() - start:.0f} s", flush=True)
@@ -86,8 +132,12 @@ EXTRA_SHAPES = ((128, 64, 80), (128, 16, 40), (512, 16, 40), (512, 8, 80))
 
 
 def params_key(params: dict) -> str:
+    """``t<tile_n>/<threads>/r<row_threads>/p<pad_bytes>``, then ``/x`` (``slices_on_x``),
+    ``/k<slices_per_cta>`` and ``/h`` (``heads_inner``) where set."""
     return (f"t{params['tile_n']}/{params['threads']}/r{params['row_threads']}/"
-            f"p{params['pad_bytes']}" + ("/x" if params.get("slices_on_x") else ""))
+            f"p{params['pad_bytes']}" + ("/x" if params.get("slices_on_x") else "")
+            + (f"/k{params['slices_per_cta']}" if params.get("slices_per_cta", 1) > 1 else "")
+            + ("/h" if params.get("heads_inner") else ""))
 
 
 def _profile_rounds(calls: dict, iters: int, rounds: int) -> dict:
@@ -233,8 +283,7 @@ def time_candidates(roots: list[Path], out: Path, iters: int, rounds: int, top: 
     stage("float16", lambda name, pass_, nh, cands: cands)
 
     def top_of(name: str, pass_: str, nh: int, cands: dict) -> dict:
-        default = params_key(defaults.get(OpConfig(KEY_DIM, nh, "float16").tag, {}) or {
-            "tile_n": 0, "threads": 0, "row_threads": 0, "pad_bytes": 0})
+        default = default_key(defaults, name, nh, "float16")
         ranked = rank(records, name, pass_, nh, "float16")
         keys = [k for k in ranked[:top] if k in cands]
         keys += [k for k in cands if k == default and k not in keys]
@@ -242,6 +291,17 @@ def time_candidates(roots: list[Path], out: Path, iters: int, rounds: int, top: 
 
     stage("bfloat16", top_of)
     return records, defaults
+
+
+def default_key(defaults: dict, op: str, nh: int, dtype: str) -> str:
+    """The candidate key of what an untuned build of ``op`` uses (its own params, else the
+    rule's default; float16's when ``dtype`` has none recorded)."""
+    for d in (dtype, "float16"):
+        tag = OpConfig(KEY_DIM, nh, d).tag
+        found = defaults.get(f"{tag}/{op}") or defaults.get(tag)
+        if found:
+            return params_key(found)
+    return params_key({"tile_n": 0, "threads": 0, "row_threads": 0, "pad_bytes": 0})
 
 
 def rank(records: list[dict], name: str, pass_: str, nh: int, dtype: str) -> list[str]:
@@ -271,9 +331,7 @@ def table(records: list[dict], defaults: dict) -> str:
     for (name, pass_, dtype, nh), recs in sorted(groups.items()):
         shapes = sorted({(r["dim"], r["batch"], r["size"]) for r in recs}, reverse=True)
         frac = {(r["cand"], (r["dim"], r["batch"], r["size"])): r["fraction"] for r in recs}
-        default = params_key(defaults.get(OpConfig(KEY_DIM, nh, dtype).tag)
-                             or defaults.get(OpConfig(KEY_DIM, nh, "float16").tag)
-                             or {"tile_n": 0, "threads": 0, "row_threads": 0, "pad_bytes": 0})
+        default = default_key(defaults, name, nh, dtype)
         ranked = rank(records, name, pass_, nh, dtype)
         if not ranked:
             continue
@@ -305,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--dtypes", nargs="+", default=["float16"])
     b.add_argument("--ops", nargs="+", default=list(STREAM_OPS))
     b.add_argument("-j", "--jobs", type=int, default=1)
+    b.add_argument("--grid", choices=["base", "cta"], default="base",
+                   help="base: the 56-set grid; cta: the small grid of CTA_GRID")
     t = sub.add_parser("time")
     t.add_argument("roots", nargs="+", help="artifact directories written by `build`")
     t.add_argument("--out", default="layout-tune")
@@ -314,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--budget-s", type=float, default=120.0)
     args = parser.parse_args(argv)
     if args.cmd == "build":
-        build(Path(args.out), args.num_heads, args.dtypes, args.ops, args.jobs)
+        build(Path(args.out), args.num_heads, args.dtypes, args.ops, args.jobs, args.grid)
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -46,3 +46,37 @@ def scheduled(rule_name: str, pass_: str, vec: int, vec_kd: int | None = None):
     func = compute(GOLDEN_CONFIG, vec=vec, name=name)
     return rule.apply(func, pass_, GOLDEN_CONFIG, rule.default_params(GOLDEN_CONFIG), vec,
                       vec_kd)
+
+
+#: Schedules with non-default params, by file stem: (op, config, pass, vec, params). Several
+#: slices per CTA on the merge (its 2 streams) and, ``heads_inner``, on a family op's heads.
+PARAM_CASES = {
+    "tiled_k2_forward_v4": ("merge", GOLDEN_CONFIG, "forward", 4,
+                            {"tile_n": 32, "threads": 64, "row_threads": 2, "slices_per_cta": 2}),
+    "tiled_k2_backward_v4": ("merge", GOLDEN_CONFIG, "backward", 4,
+                             {"tile_n": 32, "threads": 64, "row_threads": 2,
+                              "slices_per_cta": 2}),
+    "tiled_qkv_k2h_forward_v4": ("qkv", OpConfig(8, 2, "float32"), "forward", 4,
+                                 {"tile_n": 32, "threads": 64, "row_threads": 2,
+                                  "slices_per_cta": 2, "heads_inner": True}),
+}
+
+
+def golden_param_path(stem: str) -> Path:
+    return GOLDEN_DIR / f"{stem}.tvmscript"
+
+
+def scheduled_with(stem: str):
+    """The tiled rule's schedule of one :data:`PARAM_CASES` entry."""
+    from psa_tvm.compiler.compute import merge_backward, merge_forward, stream_pass
+    from psa_tvm.compiler.rules import get_rule
+    from psa_tvm.layouts import stream_op
+
+    op, config, pass_, vec, values = PARAM_CASES[stem]
+    if op == "merge":
+        func = (merge_forward if pass_ == "forward" else merge_backward)(config, vec=vec,
+                                                                          name=stem)
+    else:
+        func = stream_pass(config, stream_op(op), pass_, vec=vec, name=stem)
+    rule = get_rule("tiled")
+    return rule.apply(func, pass_, config, rule.params_from_dict(values), vec)

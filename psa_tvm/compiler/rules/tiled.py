@@ -5,7 +5,10 @@ One CTA owns one ``(b, h, s)`` slice and a tile of ``tile_n`` spatial positions,
 the merged output (``kd`` rows of ``tile_n`` contiguous elements). The side that is contiguous
 along ``kd`` moves through shared memory one 16-byte vector per thread, scattered into (or
 gathered from) the tile column; the side that is contiguous along ``n`` moves row-wise with
-16-byte vectors on both global and shared memory.
+16-byte vectors on both global and shared memory. With ``slices_per_cta = k`` a CTA owns ``k``
+consecutive slices of one spatial tile (a ``[k, kd, tile_n]`` tile): in the layout family's
+``[B, N, nh, S*kd]`` layout their kd rows are adjacent, so the kd side moves ``k*kd``-element
+pieces per position.
 
 The two sides have their own widths: ``vec_kd`` on the kd side and ``vec`` on the N side. A
 ``kd`` row of ``lo``/``hi`` starts at ``(row*N + n)*kd`` elements, aligned to 16 bytes for any
@@ -61,6 +64,19 @@ class TiledParams:
     instead of ``B*nh*S``. On the H200 it gained up to 0.04 of copy at 13-40 MB moved and lost
     0.02-0.17 at 200-1000 MB (docs/attention.md). Left out of the stored params when ``False``,
     so older builds' digests and tuned tables stay as they were."""
+    slices_per_cta: int = field(default=1, metadata={"omit_default": True})
+    """Consecutive ``(h, s)`` slices one CTA moves together (the shared tile is
+    ``[slices_per_cta, kd, tile_n]``). In the layout family's ``bnhd`` side ``[B, N, nh, S*kd]``
+    consecutive streams of one head are adjacent, so with ``slices_per_cta = k`` a CTA's threads
+    read (or write) ``k*kd``-element row pieces instead of ``kd``-element ones (64 -> 128-256
+    bytes for kd=32 in 16-bit types). Must divide ``S`` (or ``nh`` with ``heads_inner``); a
+    CTA's threads cover whole ``k*kd`` rows, ``row_threads`` of them per ``kd`` row. 1 is the
+    kernel without it; left out of the stored params at 1 (digests unchanged)."""
+    heads_inner: bool = field(default=False, metadata={"omit_default": True})
+    """Order the slices ``(b, s, h)`` instead of ``(b, h, s)``: a CTA's ``slices_per_cta``
+    slices are then consecutive heads of one stream, adjacent in memory when each stream is a
+    tensor of its own (``[B, N, nh, kd]``: flash's ``dq``/``dk``/``lo``/``hi``, the separate
+    scatter). Left out of the stored params when ``False``."""
 
 
 def _pow2_floor(x: int) -> int:
@@ -95,22 +111,27 @@ class Tiled(ScheduleRule):
         problems = []
         if params.threads % 32 or not 32 <= params.threads <= 1024:
             problems.append(f"threads={params.threads} must be a multiple of 32 in [32, 1024]")
-        if params.threads % params.row_threads:
-            problems.append(f"threads={params.threads} is not a multiple of row_threads")
-        elif params.tile_n % (params.threads // params.row_threads):
+        slices = params.slices_per_cta
+        if slices < 1:
+            problems.append(f"slices_per_cta={slices} must be >= 1")
+        elif params.threads % (params.row_threads * slices):
+            problems.append(f"threads={params.threads} is not a multiple of "
+                            f"row_threads*slices_per_cta={params.row_threads * slices}")
+        elif params.tile_n % (params.threads // (params.row_threads * slices)):
             problems.append(
-                f"tile_n={params.tile_n} is not a multiple of threads/row_threads="
-                f"{params.threads // params.row_threads}"
+                f"tile_n={params.tile_n} is not a multiple of threads/(row_threads*"
+                f"slices_per_cta)={params.threads // (params.row_threads * slices)}"
             )
         if config.key_dim % (params.row_threads * vec):
             problems.append(
                 f"key_dim={config.key_dim} is not a multiple of row_threads*vec="
                 f"{params.row_threads * vec}"
             )
-        if params.tile_n % vec or (params.tile_n // vec * config.key_dim) % params.threads:
+        if params.tile_n % vec or (params.tile_n // vec * config.key_dim * max(1, slices)) \
+                % params.threads:
             problems.append(
                 f"tile_n={params.tile_n} must be a multiple of vec={vec} with "
-                f"tile_n/vec*key_dim divisible by threads={params.threads}"
+                f"tile_n/vec*key_dim*slices_per_cta divisible by threads={params.threads}"
             )
         if params.pad_bytes % config.itemsize:
             problems.append(f"pad_bytes={params.pad_bytes} is not a multiple of the item size")
@@ -126,9 +147,24 @@ class Tiled(ScheduleRule):
                              f"{params.vec_bytes}-byte accesses")
         sch, name = new_schedule(func)
         block, b, h, s, d, n = pass_loops(sch, pass_)
-        bhs = sch.fuse(b, h, s)
+        slices = params.slices_per_cta
+        grouped = sch.get(h if params.heads_inner else s).extent
+        if int(grouped) % slices:
+            raise ValueError(f"slices_per_cta={slices} does not divide the "
+                             f"{'heads' if params.heads_inner else 'streams'} ({grouped})")
+        if params.heads_inner:
+            sch.reorder(s, h)
+        if slices > 1:  # split the slice axis itself: the shared tile's index stays affine
+            if params.heads_inner:
+                h, slice_in = sch.split(h, [None, slices])
+            else:
+                s, slice_in = sch.split(s, [None, slices])
+        bhs = sch.fuse(b, s, h) if params.heads_inner else sch.fuse(b, h, s)
         n_tile, n_in = sch.split(n, [None, params.tile_n])
-        sch.reorder(bhs, n_tile, n_in, d)
+        if slices > 1:
+            sch.reorder(bhs, n_tile, slice_in, n_in, d)
+        else:
+            sch.reorder(bhs, n_tile, n_in, d)
         sch.bind(n_tile, "blockIdx.y" if params.slices_on_x else "blockIdx.x")
         sch.bind(bhs, "blockIdx.x" if params.slices_on_x else "blockIdx.y")
 
@@ -144,19 +180,25 @@ class Tiled(ScheduleRule):
         # The kd-contiguous side: a warp covers threads/row_threads rows, row_threads vectors each,
         # vec_kd elements wide. Row starts are (row*N + n)*kd: aligned whenever kd % vec_kd == 0,
         # whatever N is, so this side keeps its width when an N tail narrows the other side.
-        rows_per_pass = params.threads // params.row_threads
+        # With several slices per CTA, the threads of one position cover its k*kd-element piece
+        # (k slices x row_threads vectors per kd row), contiguous in the bnhd layout.
+        rows_per_pass = params.threads // (params.row_threads * slices)
         n_outer, n_row = sch.split(n_in, [None, rows_per_pass])
         d_outer, d_thread, d_vec = sch.split(d, [None, params.row_threads, vec_kd])
-        sch.reorder(n_outer, d_outer, n_row, d_thread, d_vec)
-        sch.bind(sch.fuse(n_row, d_thread), "threadIdx.x")
+        if slices > 1:
+            sch.reorder(n_outer, d_outer, n_row, slice_in, d_thread, d_vec)
+            sch.bind(sch.fuse(n_row, slice_in, d_thread), "threadIdx.x")
+        else:
+            sch.reorder(n_outer, d_outer, n_row, d_thread, d_vec)
+            sch.bind(sch.fuse(n_row, d_thread), "threadIdx.x")
         sch.vectorize(d_vec)
         sch.unroll(n_outer)
         sch.unroll(d_outer)
 
         # The n-contiguous side: whole tile rows, one vector per thread per step.
-        ax_d, ax_n = sch.get_loops(staged)[-2:]
+        *ax_rows, ax_n = sch.get_loops(staged)[2:]  # under (slices, n_tile): [slices,] d, n
         n_vectors, n_vec = sch.split(ax_n, [None, vec])
-        steps, thread = sch.split(sch.fuse(ax_d, n_vectors), [None, params.threads])
+        steps, thread = sch.split(sch.fuse(*ax_rows, n_vectors), [None, params.threads])
         sch.bind(thread, "threadIdx.x")
         sch.vectorize(n_vec)
         sch.unroll(steps)
@@ -165,4 +207,12 @@ class Tiled(ScheduleRule):
             aligned_block, 0, axis=3, factor=_BANK_ROW_BYTES // config.itemsize,
             offset=params.pad_bytes // config.itemsize,
         )
+        if slices > 1:
+            # The slices' tiles are kd rows apart, a multiple of 128 bytes whenever kd is a
+            # multiple of 8: pad them too, so the slices a warp touches land in other banks.
+            sch.storage_align(
+                aligned_block, 0, axis=1 if params.heads_inner else 2,
+                factor=_BANK_ROW_BYTES // config.itemsize,
+                offset=params.pad_bytes // config.itemsize,
+            )
         return finish(sch, name)

@@ -1,0 +1,277 @@
+"""The tiled rule's ``slices_per_cta`` / ``heads_inner`` options and tiles that do not divide N,
+without a GPU: the scheduled TIR itself run on the CPU (thread loops made serial, the shared
+tile made a scratch buffer), bit-exact against the layout family's torch definition, plus
+golden files of the scheduled TIR (tests/golden) and the params' storage.
+
+Serial thread loops keep the kernel's semantics here: a CTA's threads only exchange data
+through the shared tile between its two loop nests (fill, then drain), which run one after the
+other anyway. What this cannot see is a race between threads; the GPU timing run checks every
+candidate bitwise against the others (``layout_tune time``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from psa_tvm.config import OpConfig
+from psa_tvm.layouts import STREAM_OPS
+from tests.helpers import bitwise_equal, inputs
+
+tvm = pytest.importorskip("tvm")
+
+from psa_tvm.compiler.artifact import BuildRequest  # noqa: E402
+from psa_tvm.compiler.compute import stream_pass  # noqa: E402
+from psa_tvm.compiler.rules import get_rule  # noqa: E402
+from psa_tvm.compiler.rules.base import params_as_dict  # noqa: E402
+from psa_tvm.compiler.rules.tiled import TiledParams  # noqa: E402
+from psa_tvm.tools import layout_tune  # noqa: E402
+from tests.golden import PARAM_CASES, golden_param_path, scheduled_with  # noqa: E402
+from tests.test_attention import A_DTYPES, _torch_reference  # noqa: E402
+
+RULE = get_rule("tiled")
+
+
+def _serial_threads(script: str) -> str:
+    """``T.thread_binding(EXTENT, thread="...")`` -> ``T.serial(EXTENT)``; shared -> global."""
+    out, marker = [], "T.thread_binding("
+    rest = script
+    while (at := rest.find(marker)) >= 0:
+        out.append(rest[:at] + "T.serial(")
+        rest = rest[at + len(marker):]
+        depth, i = 0, 0
+        while depth or rest[i] != ",":  # the extent ends at the first top-level comma
+            depth += {"(": 1, ")": -1}.get(rest[i], 0)
+            i += 1
+        out.append(rest[:i])
+        rest = rest[rest.index(")", i):]  # drop ', thread="..."'
+    return ("".join(out) + rest).replace('scope="shared"', 'scope="global"')
+
+
+def emulate(func):
+    """The GPU-scheduled PrimFunc compiled for the CPU with its threads run one by one."""
+    serial = tvm.script.from_source(_serial_threads(func.script()))
+    return tvm.compile(tvm.IRModule({"f": serial.with_attr("global_symbol", "f")}),
+                       target="llvm")["f"]
+
+
+def run_scheduled(op_name: str, pass_: str, config: OpConfig, params: TiledParams, vec: int,
+                  batch: int, height: int, width: int) -> None:
+    """Schedule one pass with ``params``, run it on poisoned outputs, compare bitwise."""
+    op = STREAM_OPS[op_name]
+    n, kd, nh = height * width, config.key_dim, config.num_heads
+    func = stream_pass(config, op, pass_, vec=vec, name="f")
+    kernel = emulate(RULE.apply(func, pass_, config, params, vec, RULE.vector_width(config,
+                                                                                     params)))
+    shapes = op.kernel_shapes(pass_, batch, n, nh, kd)
+    names = op.tensor_names(pass_)
+    dtype = A_DTYPES[config.dtype]
+    tensors = {name: inputs(shapes[name], dtype, "cpu", seed=i)
+               for i, name in enumerate(names[:-1])}
+    out = torch.full(shapes[names[-1]], float("nan"), dtype=dtype)
+    kernel(*tensors.values(), out, n // vec)
+    expected = _torch_reference(op, pass_, tensors, batch, n, nh, kd, height, width)
+    assert bitwise_equal(out, expected), (op_name, pass_, params, vec)
+
+
+F16 = OpConfig(32, 2, "float16")
+SETS = {
+    "default": RULE.default_params(F16),
+    "streams2": TiledParams(tile_n=64, threads=128, row_threads=4, slices_per_cta=2),
+    "streams4": TiledParams(tile_n=64, threads=256, row_threads=4, slices_per_cta=4),
+    "heads2": TiledParams(tile_n=80, threads=160, row_threads=4, slices_per_cta=2,
+                          heads_inner=True),
+    "heads2_pad32": TiledParams(tile_n=80, threads=160, row_threads=4, pad_bytes=32,
+                                slices_per_cta=2, heads_inner=True),
+    "tile80": TiledParams(tile_n=80, threads=160, row_threads=4),
+    "tile40_streams2_x": TiledParams(tile_n=40, threads=160, row_threads=2, slices_per_cta=2,
+                                     slices_on_x=True),
+}
+
+
+@pytest.mark.parametrize("which", list(SETS))
+@pytest.mark.parametrize("op_name", list(STREAM_OPS))
+def test_scheduled_family_is_bit_exact(op_name, which):
+    """Every op and pass, 16-byte kernels at an N that leaves a partial last tile (N = 104 =
+    64 + 40 = 80 + 24) and the scalar kernel at an odd N (63)."""
+    params = SETS[which]
+    if params.slices_per_cta > 1 and not params.heads_inner \
+            and STREAM_OPS[op_name].num_streams % params.slices_per_cta:
+        pytest.skip("slices_per_cta does not divide this op's streams")
+    for pass_ in STREAM_OPS[op_name].passes:
+        run_scheduled(op_name, pass_, F16, params, 8, 2, 8, 13)
+        run_scheduled(op_name, pass_, F16, params, 1, 1, 7, 9)
+
+
+def test_float32_merge_with_slices_and_heads():
+    config = OpConfig(8, 4, "float32")
+    params = TiledParams(tile_n=32, threads=64, row_threads=2, slices_per_cta=2,
+                         heads_inner=True)
+    for pass_ in ("forward", "backward"):
+        run_scheduled("attn_flash", pass_, config, params, 4, 3, 4, 9)
+        run_scheduled("qkv", pass_, config, params, 4, 1, 5, 8)
+
+
+def test_the_emulation_sees_a_wrong_schedule():
+    """Not vacuous: a tile whose threads skip half the kd vectors leaves NaN (poison) behind."""
+    bad = TiledParams(tile_n=64, threads=128, row_threads=4, slices_per_cta=2)
+    func = stream_pass(F16, STREAM_OPS["qkv"], "forward", vec=8, name="f")
+    script = RULE.apply(func, "forward", F16, bad, 8, 8).script()
+    assert "T.thread_binding(128" in script
+    kernel = emulate(tvm.script.from_source(script.replace(
+        'T.thread_binding(128, thread="threadIdx.x")', 'T.thread_binding(64, thread="threadIdx.x")',
+        1)))
+    shapes = STREAM_OPS["qkv"].kernel_shapes("forward", 1, 64, 2, 32)
+    out = torch.full(shapes["merge"], float("nan"), dtype=torch.float16)
+    kernel(inputs(shapes["p"], torch.float16, "cpu"), out, 8)
+    assert torch.isnan(out).any()
+
+
+# ----------------------------------------------------------------- golden TIR, params, checks
+@pytest.mark.parametrize("name", list(PARAM_CASES))
+def test_scheduled_tir_with_params_matches_the_golden_file(name):
+    expected = tvm.script.from_source(golden_param_path(name).read_text())
+    tvm.ir.assert_structural_equal(scheduled_with(name).with_attr("global_symbol", None),
+                                   expected.with_attr("global_symbol", None),
+                                   map_free_vars=True)
+
+
+def test_slices_share_one_tile_and_keep_a_slice_per_cta_row_at_one():
+    """k slices: a [k, kd, tile_n] tile, B*nh*S/k CTA rows, the slices' tiles padded apart."""
+    func = stream_pass(F16, STREAM_OPS["qkv"], "forward", vec=8, name="f")
+    script = RULE.apply(func, "forward", F16, SETS["streams2"], 8, 8).script()
+    assert "(1, 1, 2, 32, 64)" in script and "strides=(4624, 4624, 2312, 72, 1)" in script
+    assert 'T.thread_binding(B * 4, thread="blockIdx.y")' in script  # 2 heads x 4 streams / 2
+    heads = RULE.apply(func, "forward", F16, SETS["heads2"], 8, 8).script()
+    assert "(1, 2, 1, 32, 80)" in heads
+
+
+def test_new_options_at_their_defaults_leave_stored_params_and_digests_as_they_were():
+    config = OpConfig(32, 4, "float16")
+    default = RULE.default_params(config)
+    assert set(params_as_dict(default)) == {"tile_n", "threads", "row_threads", "vec_bytes",
+                                            "pad_bytes"}
+    assert BuildRequest(config, "tiled", op="attn").stem == "kd32_nh4_float16/attn-tiled-7a4df693"
+    stored = params_as_dict(SETS["heads2"])
+    assert stored["slices_per_cta"] == 2 and stored["heads_inner"] is True
+    assert RULE.params_from_dict(stored) == SETS["heads2"]
+
+
+def test_params_that_do_not_fit_are_refused():
+    with pytest.raises(ValueError, match="row_threads\\*slices_per_cta"):
+        RULE.check_params(F16, TiledParams(tile_n=64, threads=128, row_threads=4,
+                                           slices_per_cta=3))
+    with pytest.raises(ValueError, match="slices_per_cta=0"):
+        RULE.check_params(F16, TiledParams(tile_n=64, threads=128, slices_per_cta=0))
+    func = stream_pass(F16, STREAM_OPS["attn"], "forward", vec=8, name="f")
+    with pytest.raises(ValueError, match="does not divide the streams"):
+        RULE.apply(func, "forward", F16, SETS["streams4"], 8, 8)  # attn has 2 streams
+    with pytest.raises(ValueError, match="does not divide the heads"):
+        RULE.apply(func, "forward", F16, TiledParams(tile_n=64, threads=192, row_threads=4,
+                                                     slices_per_cta=3, heads_inner=True), 8, 8)
+
+
+def test_the_cta_grid_fits_every_op():
+    for nh in (4, 6):
+        config = OpConfig(32, nh, "float16")
+        for op_name, op in STREAM_OPS.items():
+            grid = [RULE.params_from_dict(p)
+                    for p in layout_tune.cta_candidate_params(config, op_name)]
+            assert len(grid) == len(set(grid)) and 16 <= len(grid) <= 22
+            assert RULE.default_params(config) in grid
+            for params in grid:
+                RULE.check_params(config, params)
+                grouped = nh if params.heads_inner else op.num_streams
+                assert grouped % params.slices_per_cta == 0
+    assert layout_tune.params_key({"tile_n": 80, "threads": 160, "row_threads": 4,
+                                   "pad_bytes": 16, "slices_per_cta": 2,
+                                   "heads_inner": True}) == "t80/160/r4/p16/k2/h"
+
+
+def test_a_tile_that_is_no_power_of_two_plans_on_the_cpu(tmp_path):
+    """The grid of a tile of 80 positions is a truncating division in the manifest
+    (``T.Div(NV + 9, 10) + ...``); the run time evaluates it, and a CTA row holds k slices."""
+    from psa_tvm.compiler.artifact import build_artifacts
+    from psa_tvm.runtime.manifest import Manifest
+    from psa_tvm.runtime.stream_op import PsaStreamRuntimeOp, StreamDims
+    from psa_tvm.runtime.tensors import TensorInfo
+
+    config = OpConfig(32, 4, "float16")
+    params = TiledParams(tile_n=80, threads=160, row_threads=4, slices_per_cta=2)
+    build_artifacts([BuildRequest(config, "tiled", params, op="qkv")], tmp_path, ["sm_90"],
+                    native=False)
+    build = Manifest.load(tmp_path).find(config, "tiled", op="qkv")
+    assert any("T.Div" in k.grid[0] for k in build.kernels)
+    op = PsaStreamRuntimeOp("qkv", 32, 4, "float16", artifacts=tmp_path)
+    for n, tiles in ((400, 5), (1600, 20), (408, 6), (6, 1)):
+        dims = StreamDims(3, n)
+        shapes = op.kernel_shapes("forward", dims)
+        infos = {name: TensorInfo((1 << 20) + i * (1 << 40), shape, None, "float16", "cuda", 0)
+                 for i, (name, shape) in enumerate(shapes.items())}
+        plan = op.plan("forward", infos, dims)
+        assert plan.grid == (tiles, 3 * 4 * 4 // 2, 1) and plan.block == (160, 1, 1)
+
+
+# ----------------------------------------------------------------- qkv_grad_flash's own default
+def test_qkv_grad_flash_is_built_with_its_own_params_where_they_fit():
+    from psa_tvm.compiler.family_defaults import FAMILY_TILED, family_params
+
+    own = FAMILY_TILED["qkv_grad_flash"]
+    for dtype in ("float16", "bfloat16"):
+        for nh in (2, 4, 6, 8):
+            config = OpConfig(32, nh, dtype)
+            assert family_params("qkv_grad_flash", config) == own
+            assert BuildRequest(config, "tiled", op="qkv_grad_flash").resolved_params() == own
+    for config in (OpConfig(32, 3, "float16"), OpConfig(32, 4, "float32"),
+                   OpConfig(16, 4, "float16")):  # odd heads, untested dtype, kd < 4 vectors
+        assert family_params("qkv_grad_flash", config) is None
+        assert BuildRequest(config, "tiled", op="qkv_grad_flash").resolved_params() \
+            == RULE.default_params(config)
+    config = OpConfig(32, 4, "float16")
+    for op in ("qkv", "qkv_grad_cudnn", "attn_flash", "attn", "merge"):
+        assert BuildRequest(config, "tiled", op=op).resolved_params() \
+            == RULE.default_params(config)
+    assert BuildRequest(config, "tiled", SETS["tile80"], op="qkv_grad_flash") \
+        .resolved_params() == SETS["tile80"]  # explicit params win
+
+
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_every_variant_of_qkv_grad_flash_is_bit_exact(index_dtype):
+    """Every (vec_kd, vec) kernel the build holds with its own params (the GPU run timed only
+    the 16-byte int32 one), at an N with a partial tile; scalar N sides also at an odd N."""
+    from psa_tvm.compiler.artifact import variant_widths
+    from psa_tvm.compiler.family_defaults import FAMILY_TILED
+
+    params, op = FAMILY_TILED["qkv_grad_flash"], STREAM_OPS["qkv_grad_flash"]
+    config = OpConfig(32, 2, "float16")
+    for vec_kd, vec in variant_widths(RULE.vector_width(config, params), index_dtype):
+        func = stream_pass(config, op, "forward", vec=vec, index_dtype=index_dtype, name="f")
+        kernel = emulate(RULE.apply(func, "forward", config, params, vec, vec_kd))
+        for height, width in ((8, 13),) + (((7, 9),) if vec == 1 else ()):
+            n = height * width
+            shapes = op.kernel_shapes("forward", 2, n, 2, 32)
+            tensors = {name: inputs(shapes[name], torch.float16, "cpu", seed=i)
+                       for i, name in enumerate(op.tensor_names("forward")[:-1])}
+            out = torch.full(shapes["merge"], float("nan"), dtype=torch.float16)
+            kernel(*tensors.values(), out, n // vec)
+            expected = _torch_reference(op, "forward", tensors, 2, n, 2, 32, height, width)
+            assert bitwise_equal(out, expected), (vec_kd, vec, index_dtype, n)
+
+
+def test_the_tuning_table_compares_with_what_an_untuned_build_uses(tmp_path, monkeypatch):
+    """defaults.json records an op's own params ("<tag>/<op>") beside the rule's default, and
+    the table's "default" column reads them."""
+    import psa_tvm.compiler.artifact as artifact
+
+    monkeypatch.setattr(artifact, "build_artifacts", lambda *a, **k: None)
+    for name in ("variant_widths", "INDEX_DTYPES"):  # build() narrows them for its process
+        monkeypatch.setattr(artifact, name, getattr(artifact, name))
+    layout_tune.build(tmp_path, [4], ["float16"], ["qkv_grad_flash", "attn"], 1, grid="cta")
+    defaults = json.loads((tmp_path / "defaults.json").read_text())
+    tag = OpConfig(32, 4, "float16").tag
+    assert set(defaults) == {tag, f"{tag}/qkv_grad_flash"}
+    own = BuildRequest(OpConfig(32, 4, "float16"), "tiled", op="qkv_grad_flash").resolved_params()
+    assert layout_tune.default_key(defaults, "qkv_grad_flash", 4, "bfloat16") \
+        == layout_tune.params_key(params_as_dict(own)) == "t64/128/r4/p16/k2/h"
+    assert layout_tune.default_key(defaults, "attn", 4, "float16") == "t128/128/r2/p16"
