@@ -331,3 +331,35 @@ def test_shuffle_kernels_are_shuffles_and_unaligned_moves(dtype):
     # (stack slots, %rsp-based, are aligned by the ABI)
     aligned = re.findall(r"\tvmov(?:aps|apd|dqa)\s+[^\n]*\((?!%rsp)", asm)
     assert not aligned, f"aligned vector moves on element-aligned data: {aligned[:3]}"
+
+
+@pytest.mark.parametrize("dtype", ("float32", "bfloat16"))
+def test_every_shuffle_tile_shape_is_exact(dtype):
+    """Both tile shapes (square, lane) and 16-byte vectors, compiled from the rule directly (the
+    library builds the default only): every N around their tiles, poisoned outputs."""
+    import tvm
+
+    from psa_tvm.compiler.cpu import cpu_target
+    from psa_tvm.compiler.rules.cpu_shuffle import CpuShuffle, CpuShuffleParams
+    from psa_tvm.config import OpConfig
+
+    rule, config = CpuShuffle(), OpConfig(32, 2, dtype)
+    variants = {"square": CpuShuffleParams(32, True), "lane": CpuShuffleParams(32, False),
+                "xmm": CpuShuffleParams(16, False)}
+    funcs = {f"{name}_{pass_}": rule.build(pass_, config, params, name=f"{name}_{pass_}")
+             for name, params in variants.items() for pass_ in ("forward", "backward")}
+    module = tvm.compile(tvm.IRModule(funcs), target=cpu_target()).mod
+    torch_dtype = DTYPES[dtype]
+    for n in (1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 33, 300):
+        shape = half_shape(2, 2, 1, n, 32)
+        lo, hi = _misaligned(shape, torch_dtype, n), _misaligned(shape, torch_dtype, n + 1)
+        expected = reference.merge(lo, hi, 2, 1, n)
+        for name in variants:
+            out = poisoned(expected.shape, torch_dtype, "cpu", 1)
+            module[f"{name}_forward"](lo, hi, out.tensor.view(2, 2, 2, 32, n), n)
+            assert bitwise_equal(out.tensor, expected) and out.canaries_intact(), (name, n)
+            d_lo = poisoned(shape, torch_dtype, "cpu", 1)
+            d_hi = poisoned(shape, torch_dtype, "cpu", 1)
+            module[f"{name}_backward"](expected.view(2, 2, 2, 32, n), d_lo.tensor, d_hi.tensor, n)
+            assert bitwise_equal(d_lo.tensor, lo) and bitwise_equal(d_hi.tensor, hi), (name, n)
+            assert d_lo.canaries_intact() and d_hi.canaries_intact(), (name, n)

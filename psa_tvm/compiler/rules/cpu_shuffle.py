@@ -13,16 +13,24 @@ signature, buffers and symbols of :func:`psa_tvm.compiler.compute.merge_forward`
 ``merge_backward`` at ``vec=1``, int64 indexing and element alignment (any ``N``, any
 element-aligned view: every access is an unaligned ``vmovdqu``/``vmovups``).
 
-The tile: a vector holds ``vector_bytes`` (32: a ymm register, two 128-bit lanes); one 128-bit
-lane holds ``E = 16 / itemsize`` elements (4 float32, 8 16-bit). ``E`` vectors go through
-``log2(E)`` stages of in-lane interleaves (``E`` shuffles each), which transposes an ``E x E``
-block inside every 128-bit lane at once; each 128-bit half of a result is stored on its own
-(``vmovdqu xmm`` / ``vextracti128`` to memory). So one tile is:
+The tile: a vector holds ``lanes`` elements (``vector_bytes`` 32: a ymm register, two 128-bit
+lanes); one 128-bit lane holds ``E = 16 / itemsize`` elements (4 float32, 8 16-bit). ``E``
+vectors go through ``log2(E)`` stages of in-lane interleaves (``E`` shuffles each), which
+transposes an ``E x E`` block inside every 128-bit lane at once. Two tile shapes:
 
-- forward: ``E`` positions ``n`` x ``lanes`` channels ``d`` (rows of ``lo``/``hi`` loaded whole),
-  stored as ``lanes`` runs of ``E`` positions into the merged rows;
-- backward: ``E`` channels ``d`` x ``lanes`` positions ``n`` (rows of the merged tensor loaded
-  whole), stored as ``lanes`` runs of ``E`` channels into the rows of ``d_lo``/``d_hi``.
+- square (``cross_lane``, the default): ``lanes x lanes`` (8x8 float32, 16x16 16-bit). Rows
+  ``0..E-1`` and ``E..2E-1`` are transposed in-lane, and result ``k`` of both is joined lane by
+  lane (one ``vperm2f128``/``vperm2i128`` each) into whole columns, stored as whole vectors;
+- lane tiles: the in-lane results are stored half by half (``vmovdqu xmm`` / ``vextracti128``
+  to memory): forward ``E`` positions x ``lanes`` channels, backward ``E`` channels x ``lanes``
+  positions. Same shuffles per byte, twice the stores, smaller tiles (a shorter scalar tail).
+
+Measured on this host (x86-64-v3 code, 1 thread, best of 9 interleaved rounds, time / torch
+``copy_`` time): square tiles 0.79-0.92 at 16x40x40 float32 (lane tiles 0.95-1.09 in the same
+runs), within noise of lane tiles elsewhere. Taking the shuffles out (wrong results, the same
+loads and stores; 1x40x40 float16) left the time unchanged, and so did joining the lanes at the
+loads (``vinserti128`` from memory, a third fewer shuffles): at these sizes the kernels are
+bound by their memory accesses, not by the shuffle port.
 
 Tails: a tail test inside the tile would make TVM/LLVM scalarize it, so there is none. The last
 tile of a slice starts at ``N - tile`` instead and overlaps the one before: the overlapped
@@ -57,6 +65,10 @@ class CpuShuffleParams:
 
     vector_bytes: int = 32
     """Bytes per vector: 32 (AVX2 ymm, two 128-bit lanes: two tiles per shuffle) or 16."""
+    cross_lane: bool = True
+    """Square ``lanes x lanes`` tiles: two in-lane transposes joined by one cross-lane shuffle
+    per result (``vperm2f128``/``vperm2i128``), stored as whole vectors (half the stores);
+    ``False``: lane tiles, each 128-bit half stored on its own."""
 
 
 def _i32(value: int) -> tirx.IntImm:
@@ -138,9 +150,15 @@ class CpuShuffle:
             raise ValueError(f"cpu_shuffle cannot build {config}: key_dim={config.key_dim} is "
                              f"not a multiple of {self.lane_elems(config)}")
 
+    def square(self, config: OpConfig, params: CpuShuffleParams) -> bool:
+        """Whether tiles are ``lanes x lanes`` (``cross_lane`` with more than one lane)."""
+        return params.cross_lane and self.lanes(config, params) > self.lane_elems(config)
+
     def tile_n(self, pass_: Pass, config: OpConfig, params: CpuShuffleParams) -> int:
         """Positions per tile; smaller ``N`` runs the scalar loop."""
-        return self.lane_elems(config) if pass_ == "forward" else self.lanes(config, params)
+        if pass_ == "forward" and not self.square(config, params):
+            return self.lane_elems(config)
+        return self.lanes(config, params)
 
     def build(self, pass_: Pass, config: OpConfig, params: CpuShuffleParams, *,
               name: str) -> PrimFunc:
@@ -190,7 +208,7 @@ class CpuShuffle:
                     with T.If(s == side), T.Then(), T.If(n_total >= tile_n):
                         with T.Then():
                             self._tiles(forward, half, merged, row, b, h, s, n_total, kd, elems,
-                                        lanes, tile_n, load, store)
+                                        lanes, tile_n, load, store, self.square(config, params))
                         with T.Else():  # N < tile_n: a few positions, one element at a time
                             self._scalar(forward, half, merged, row, b, h, s, n_total, kd)
         return builder.get()
@@ -205,8 +223,12 @@ class CpuShuffle:
 
     @staticmethod
     def _tiles(forward, half, merged, row, b, h, s, n_total, kd, elems, lanes, tile_n, load,
-               store) -> None:
+               store, square) -> None:
         """Every tile of one slice; the last one starts at ``N - tile_n`` (overlapping)."""
+        if square:
+            CpuShuffle._square_tiles(forward, half, merged, row, b, h, s, n_total, kd, lanes,
+                                     elems, load, store)
+            return
         d_step = lanes if forward else elems
         with T.serial(_i64(0), (n_total + (tile_n - 1)) // tile_n) as n_tile:
             n0 = T.Bind(T.min(n_tile * tile_n, n_total - tile_n))
@@ -231,3 +253,34 @@ class CpuShuffle:
                             store(merged, value, [b, h, s, d0 + column, _ramp(n0, elems)], elems)
                         else:
                             store(half, value, [row, n0 + column, _ramp(d0, elems)], elems)
+
+    @staticmethod
+    def _square_tiles(forward, half, merged, row, b, h, s, n_total, kd, lanes, elems, load,
+                      store) -> None:
+        """``lanes x lanes`` tiles: in-lane transposes of rows ``0..E-1`` and ``E..2E-1``, then
+        result ``k`` of both joined lane by lane (two 128-bit lanes: ``lanes == 2 * E``)."""
+        with T.serial(_i64(0), (n_total + (lanes - 1)) // lanes) as n_tile:
+            n0 = T.Bind(T.min(n_tile * lanes, n_total - lanes))
+            with T.serial(_i64(0), _i64(kd // lanes)) as d_tile:
+                d0 = T.Bind(d_tile * lanes)
+                if forward:
+                    rows = [T.Bind(load(half, [row, n0 + i, _ramp(d0, lanes)], lanes))
+                            for i in range(lanes)]
+                else:
+                    rows = [T.Bind(load(merged, [b, h, s, d0 + i, _ramp(n0, lanes)], lanes))
+                            for i in range(lanes)]
+                top, top_labels = lane_transpose(rows[:elems], lanes, elems, T.Bind)
+                bottom, bottom_labels = lane_transpose(rows[elems:], lanes, elems, T.Bind)
+                for k in range(elems):
+                    both = top_labels[k] + [(r + elems, c) for r, c in bottom_labels[k]]
+                    for lane in range(2):
+                        indices = ([lane * elems + j for j in range(elems)]
+                                   + [lanes + lane * elems + j for j in range(elems)])
+                        label = [both[i] for i in indices]
+                        column = label[0][1]
+                        assert label == [(i, column) for i in range(lanes)], label
+                        value = tirx.Shuffle([top[k], bottom[k]], [_i32(i) for i in indices])
+                        if forward:
+                            store(merged, value, [b, h, s, d0 + column, _ramp(n0, lanes)], lanes)
+                        else:
+                            store(half, value, [row, n0 + column, _ramp(d0, lanes)], lanes)
