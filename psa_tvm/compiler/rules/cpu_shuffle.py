@@ -28,9 +28,10 @@ transposes an ``E x E`` block inside every 128-bit lane at once. Two tile shapes
 Measured on this host (x86-64-v3 code, 1 thread, best of 9 interleaved rounds, time / torch
 ``copy_`` time): square tiles 0.79-0.92 at 16x40x40 float32 (lane tiles 0.95-1.09 in the same
 runs), within noise of lane tiles elsewhere. Taking the shuffles out (wrong results, the same
-loads and stores; 1x40x40 float16) left the time unchanged, and so did joining the lanes at the
-loads (``vinserti128`` from memory, a third fewer shuffles): at these sizes the kernels are
-bound by their memory accesses, not by the shuffle port.
+loads and stores; 1x40x40 float16) left the time unchanged, and joining the lanes at the loads
+(``vinserti128`` from memory, a quarter to a third fewer shuffles) was no faster: at these sizes
+the kernels are bound by their memory accesses, not by the shuffle port. Odd ``N`` forward pays
+for stores that straddle cache lines (the merged rows start at odd offsets); docs/perf.md v9.
 
 Tails: a tail test inside the tile would make TVM/LLVM scalarize it, so there is none. The last
 tile of a slice starts at ``N - tile`` instead and overlaps the one before: the overlapped
