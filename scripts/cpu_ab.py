@@ -1,6 +1,7 @@
 """A/B of two builds' CPU libraries against torch's ``copy_``, in one process.
 
     python scripts/cpu_ab.py --a ART_BEFORE --b ART_AFTER [--threads 2] [--rounds 9]
+    python scripts/cpu_ab.py --a ART [--threads 2]      # one build per process
 
 ``ART_*`` are ``psa-tvm build --target cpu`` directories (e.g. one built from ``main`` and one
 from a branch); both are loaded through :func:`psa_tvm.runtime.cpu.cpu_kernels`, so each makes
@@ -10,6 +11,11 @@ of calls (about 2 ms) and the best round per call is kept. Best-of rather than t
 shared 2-core host one busy core stalls a 2-thread parallel region until the scheduler runs
 its second thread, which inflates single rounds of either side by up to 10x. Every kernel's
 result is checked bit-exact first.
+
+With 2 threads on a 2-core host, prefer one build per process (``--a`` only, processes
+alternated): each library has its own thread pool (``cpu_pool.cc``), and two pools plus torch's
+OpenMP threads spinning after their regions put 3+ runnable threads on 2 cores, which stalls a
+region until the scheduler runs its second thread (single rounds of 8-20x, either side).
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from pathlib import Path
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--a", required=True, type=Path, help="artifact directory A (before)")
-    parser.add_argument("--b", required=True, type=Path, help="artifact directory B (after)")
+    parser.add_argument("--b", type=Path, default=None,
+                        help="artifact directory B (after); omitted: A alone")
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float16", "bfloat16"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=9)
@@ -59,7 +66,9 @@ def main() -> int:
 def _time_shape(shape, dtype_name, args, torch, reference, OpConfig, cpu_kernels) -> dict:
     nh, kd, n = shape.num_heads, shape.key_dim, shape.n
     config = OpConfig(kd, nh, dtype_name)
-    kernels = {"a": cpu_kernels(config, args.a), "b": cpu_kernels(config, args.b)}
+    kernels = {"a": cpu_kernels(config, args.a)}
+    if args.b is not None:
+        kernels["b"] = cpu_kernels(config, args.b)
     dtype = getattr(torch, dtype_name)
     gen = torch.Generator().manual_seed(0)
     lo = (torch.randn(shape.batch * nh, n, kd, generator=gen) + 3).to(dtype)
@@ -98,9 +107,10 @@ def _time_shape(shape, dtype_name, args, torch, reference, OpConfig, cpu_kernels
            "copy_us": round(copy, 2),
            **{f"{name}_us": round(us, 2) for name, us in best.items() if name != "copy"},
            **{f"{name}_x": round(us / copy, 3) for name, us in best.items() if name != "copy"}}
+    fwd = " -> ".join(f"{row[side + '_fwd_x']:5.2f}" for side in kernels)
+    bwd = " -> ".join(f"{row[side + '_bwd_x']:5.2f}" for side in kernels)
     print(f"{dtype_name:8s} {shape.label:12s} {row['mb_moved']:6.1f} MB  copy {copy:8.1f} us  "
-          f"fwd {row['a_fwd_x']:5.2f} -> {row['b_fwd_x']:5.2f}  "
-          f"bwd {row['a_bwd_x']:5.2f} -> {row['b_bwd_x']:5.2f}", flush=True)
+          f"fwd {fwd}  bwd {bwd}", flush=True)
     return row
 
 
