@@ -250,3 +250,116 @@ def test_property_random_valid_shapes(config, batch, height, width, vectors, see
     grad = inputs(merged_shape(batch, num_heads, height, width, key_dim), torch_dtype, "cpu",
                   seed + 2)
     check_backward(grad, num_heads, key_dim, offset=offset, where=where)
+
+
+# ----------------------------------------------------------------------- cpu_shuffle tiles
+# The register-tile kernels (psa_tvm/compiler/rules/cpu_shuffle.py) run whole tiles of E (4
+# float32, 8 16-bit) or `lanes` (8 / 16) positions, the last one overlapping, and a scalar loop
+# below one tile. Every N from 1 to past two tiles of the widest case crosses each of those
+# boundaries; 300, 920 and 1073 are the tails of the issue (20x15, 40x23, 37x29).
+SHUFFLE_NS = (*range(1, 36), 63, 300, 920, 1073)
+
+
+def _misaligned(shape, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Random values one element past a 64-byte aligned allocation: no vector alignment."""
+    numel = 1
+    for s in shape:
+        numel *= s
+    return inputs((numel + 1,), dtype, "cpu", seed)[1:].view(shape)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("key_dim", (8, 16, 32))
+def test_shuffle_tiles_every_n_poisoned_and_misaligned(key_dim, dtype):
+    """Forward and backward for every N in SHUFFLE_NS: poisoned outputs with canaries, inputs
+    and outputs one element off vector alignment (offset 1) and 64-byte aligned (offset 64)."""
+    torch_dtype, num_heads, batch = DTYPES[dtype], 2, 2
+    for n in SHUFFLE_NS:
+        for offset in (1, 64):
+            where = f"kd={key_dim} {dtype} N={n} offset={offset}"
+            shape = half_shape(batch, num_heads, 1, n, key_dim)
+            lo, hi = _misaligned(shape, torch_dtype, n), _misaligned(shape, torch_dtype, n + 1)
+            if offset == 64:
+                lo, hi = lo.clone(), hi.clone()
+            check_forward(lo, hi, num_heads, 1, n, offset=offset, where=where)
+            grad = _misaligned(merged_shape(batch, num_heads, 1, n, key_dim), torch_dtype, n + 2)
+            check_backward(grad if offset == 1 else grad.clone(), num_heads, key_dim,
+                           offset=offset, where=where)
+
+
+@pytest.mark.parametrize(("key_dim", "dtype"), ((6, "float32"), (12, "float16"), (4, "bfloat16"),
+                                                (2, "float32")))
+def test_key_dims_off_the_lane_keep_the_cpu_rule_and_are_exact(key_dim, dtype):
+    """kd not a multiple of a 128-bit lane's elements: the ``cpu`` rule's kernels (vec, pairs)
+    are built instead, and they are exact on tails and misaligned views too."""
+    from psa_tvm.compiler.cpu import SHUFFLE, cpu_facts
+    from psa_tvm.config import OpConfig
+
+    config = OpConfig(key_dim, 1, dtype)
+    assert not SHUFFLE.supports(config)
+    facts = cpu_facts(config)
+    assert facts["forward_vec"] > 1 or facts["pairs_forward_vec"] > 0 or key_dim % 2
+    torch_dtype = DTYPES[dtype]
+    for n in (1, 15, 16, 33, 300):
+        for offset in (1, 64):
+            where = f"kd={key_dim} {dtype} N={n} offset={offset}"
+            shape = half_shape(2, 1, 1, n, key_dim)
+            lo, hi = _misaligned(shape, torch_dtype, n), _misaligned(shape, torch_dtype, n + 1)
+            check_forward(lo, hi, 1, 1, n, offset=offset, where=where)
+            grad = _misaligned(merged_shape(2, 1, 1, n, key_dim), torch_dtype, n + 2)
+            check_backward(grad, 1, key_dim, offset=offset, where=where)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_shuffle_kernels_are_shuffles_and_unaligned_moves(dtype):
+    """The x86-64-v3 code of the cpu_shuffle kernels: in-lane interleaves (the TIR Shuffle
+    network), no gathers, and no aligned vector move (views are only element-aligned)."""
+    import re
+
+    import tvm
+
+    from psa_tvm.compiler.cpu import cpu_target, scheduled_cpu_kernels
+    from psa_tvm.config import OpConfig
+
+    if cpu_target().attrs.get("mcpu") != "x86-64-v3":
+        pytest.skip("the instruction check is for the default x86-64-v3 target")
+    kernels = scheduled_cpu_kernels(OpConfig(32, 2, dtype))
+    asm = tvm.compile(tvm.IRModule(kernels.funcs), target=cpu_target()).mod.inspect_source("asm")
+    shuffles = re.findall(r"\tv(?:p?unpck[lh]\w+)\s", asm)
+    assert len(shuffles) >= 16, "no interleave instructions: the Shuffle network was scalarized"
+    assert not re.search(r"\tv\w*gather", asm)
+    # (stack slots, %rsp-based, are aligned by the ABI)
+    aligned = re.findall(r"\tvmov(?:aps|apd|dqa)\s+[^\n]*\((?!%rsp)", asm)
+    assert not aligned, f"aligned vector moves on element-aligned data: {aligned[:3]}"
+
+
+@pytest.mark.parametrize("dtype", ("float32", "bfloat16"))
+def test_every_shuffle_tile_shape_is_exact(dtype):
+    """Both tile shapes (square, lane) and 16-byte vectors, compiled from the rule directly (the
+    library builds the default only): every N around their tiles, poisoned outputs."""
+    import tvm
+
+    from psa_tvm.compiler.cpu import cpu_target
+    from psa_tvm.compiler.rules.cpu_shuffle import CpuShuffle, CpuShuffleParams
+    from psa_tvm.config import OpConfig
+
+    rule, config = CpuShuffle(), OpConfig(32, 2, dtype)
+    variants = {"square": CpuShuffleParams(32, True), "lane": CpuShuffleParams(32, False),
+                "xmm": CpuShuffleParams(16, False)}
+    funcs = {f"{name}_{pass_}": rule.build(pass_, config, params, name=f"{name}_{pass_}")
+             for name, params in variants.items() for pass_ in ("forward", "backward")}
+    module = tvm.compile(tvm.IRModule(funcs), target=cpu_target()).mod
+    torch_dtype = DTYPES[dtype]
+    for n in (1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 33, 300):
+        shape = half_shape(2, 2, 1, n, 32)
+        lo, hi = _misaligned(shape, torch_dtype, n), _misaligned(shape, torch_dtype, n + 1)
+        expected = reference.merge(lo, hi, 2, 1, n)
+        for name in variants:
+            out = poisoned(expected.shape, torch_dtype, "cpu", 1)
+            module[f"{name}_forward"](lo, hi, out.tensor.view(2, 2, 2, 32, n), n)
+            assert bitwise_equal(out.tensor, expected) and out.canaries_intact(), (name, n)
+            d_lo = poisoned(shape, torch_dtype, "cpu", 1)
+            d_hi = poisoned(shape, torch_dtype, "cpu", 1)
+            module[f"{name}_backward"](expected.view(2, 2, 2, 32, n), d_lo.tensor, d_hi.tensor, n)
+            assert bitwise_equal(d_lo.tensor, lo) and bitwise_equal(d_hi.tensor, hi), (name, n)
+            assert d_lo.canaries_intact() and d_hi.canaries_intact(), (name, n)

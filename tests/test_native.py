@@ -250,10 +250,12 @@ def test_cpu_kernels_exact_and_choice_agrees(art, lib, dtype, shape, offset):
     got = list(lib.module["plan_cpu_forward"](lo, hi, out.tensor))
     assert got == want
     aligned = offset == 0 or dtype == torch.float32
-    if dtype != torch.float32:
-        assert (got[0] == "pairs") == (aligned and n % 16 == 0)
+    facts = runtime.library  # kd=32: cpu_shuffle's kernels alone (generic), else vec / pairs
+    if facts.pairs_forward_vec:
+        assert (got[0] == "pairs") == (aligned and n % (2 * facts.pairs_forward_vec) == 0)
     else:
-        assert got[0] == ("vec" if n % 8 == 0 else "generic")
+        assert got[0] == ("vec" if facts.forward_vec > 1 and n % facts.forward_vec == 0
+                          else "generic")
     lib.merge_forward(lo, hi, out.tensor)
     assert bitwise_equal(out.tensor, expected) and out.canaries_intact()
 
@@ -265,10 +267,8 @@ def test_cpu_kernels_exact_and_choice_agrees(art, lib, dtype, shape, offset):
     want = list(runtime.plan_backward(grad.view(batch, NH, 2, KD, n), d_lo.tensor, d_hi.tensor, n))
     got = list(lib.module["plan_cpu_backward"](grad, d_lo.tensor, d_hi.tensor))
     assert got == want
-    if dtype != torch.float32:
-        assert (got[0] == "pairs") == (aligned and n % 2 == 0)
-    else:
-        assert got[0] == "generic"
+    assert (got[0] == "pairs") == (facts.pairs_backward and aligned and n % 2 == 0)
+    assert got[0] in ("pairs", "generic")
     lib.merge_backward(grad, d_lo.tensor, d_hi.tensor)
     assert bitwise_equal(d_lo.tensor, ref_lo) and bitwise_equal(d_hi.tensor, ref_hi)
     assert d_lo.canaries_intact() and d_hi.canaries_intact()

@@ -203,8 +203,9 @@ def test_tails_keep_16_byte_kd_accesses(tail_manifest):
 # ----------------------------------------------------------------------- CPU
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cpu_forward_vector_kernel_and_tails_are_exact(dtype):
-    """The CPU library's N % lanes == 0 forward kernel (32-bit types) and the any-N one, on N
-    tails and on misaligned views, bit-exact; d_lo/d_hi exact too."""
+    """The CPU library's kernels on N tails and on misaligned views, bit-exact; d_lo/d_hi exact
+    too. kd=32 is a whole number of 128-bit lanes, so the library holds the ``cpu_shuffle``
+    register-tile kernels alone (any N, any element-aligned view): no vec or pair kernels."""
     import torch
 
     import psa_tvm
@@ -213,11 +214,9 @@ def test_cpu_forward_vector_kernel_and_tails_are_exact(dtype):
 
     config = OpConfig(32, 2, dtype)
     kernels = cpu_kernels(config)
-    assert kernels.library.forward_vec == (8 if dtype == "float32" else 1)
-    assert (kernels.forward_vec_fn is not None) == (dtype == "float32")
-    # 16-bit types: the pair kernels on 32-bit words (forward for N % 16 == 0, backward N even)
-    assert kernels.library.pairs_forward_vec == (0 if dtype == "float32" else 8)
-    assert (kernels.pairs_backward_fn is not None) == (dtype != "float32")
+    assert kernels.library.forward_vec == 1 and kernels.forward_vec_fn is None
+    assert kernels.library.pairs_forward_vec == 0 and not kernels.library.pairs_backward
+    assert kernels.pairs_forward_fn is None and kernels.pairs_backward_fn is None
     import tvm_ffi
 
     tvm_ffi.load_module(str(kernels.library.path))["psa_tvm_own_pool"]()  # cpu_pool.cc's switch

@@ -25,6 +25,7 @@ import tvm
 from psa_tvm.compiler.compute import merge_backward, merge_forward
 from psa_tvm.compiler.cpu_pairs import pairs_backward, pairs_forward
 from psa_tvm.compiler.rules.cpu import CpuTiled
+from psa_tvm.compiler.rules.cpu_shuffle import CpuShuffle
 from psa_tvm.config import OpConfig
 from psa_tvm.runtime.cpu import (
     BACKWARD_SYMBOL,
@@ -38,11 +39,15 @@ from psa_tvm.runtime.env import cpu_mcpu
 _HERE = Path(__file__).parent
 POOL_SOURCE = _HERE / "cpu_pool.cc"
 RULE = CpuTiled()
+# The register-tile transposes: the two kernels of every configuration whose kd is a whole number
+# of 128-bit lanes; RULE's kernel set (vec, pairs) only for the others.
+SHUFFLE = CpuShuffle()
 # Editing the TensorIR, the schedule, the pool or this build must invalidate built libraries
 # even without a version bump.
 DEFINITION_DIGEST = hashlib.sha1(b"".join(
     path.read_bytes() for path in (_HERE / "compute.py", _HERE / "cpu_pairs.py",
-                                   _HERE / "rules" / "cpu.py", POOL_SOURCE, Path(__file__))
+                                   _HERE / "rules" / "cpu.py", _HERE / "rules" / "cpu_shuffle.py",
+                                   POOL_SOURCE, Path(__file__))
 ) + (cpu_mcpu() or "").encode()).hexdigest()[:12]
 
 
@@ -64,8 +69,20 @@ class CpuKernelSet:
 
 
 def scheduled_cpu_kernels(config: OpConfig, prefix: str = "") -> CpuKernelSet:
-    """Every CPU kernel of ``config``, scheduled by the ``cpu`` rule; symbols are
-    ``prefix + FORWARD_SYMBOL`` etc. (see :mod:`psa_tvm.runtime.cpu` for the names)."""
+    """Every CPU kernel of ``config``; symbols are ``prefix + FORWARD_SYMBOL`` etc. (see
+    :mod:`psa_tvm.runtime.cpu` for the names).
+
+    Where ``cpu_shuffle`` supports ``config`` its two kernels are the generic ones (any ``N``,
+    any element-aligned view) and nothing else is built: measured faster than the ``cpu`` rule's
+    vec and pairs kernels in every shape, so the run time's choice (the facts below) always
+    lands on them. Otherwise the ``cpu`` rule's kernels and pair kernels."""
+    if SHUFFLE.supports(config):
+        shuffle_params = SHUFFLE.default_params(config)
+        funcs = {prefix + symbol: SHUFFLE.build(pass_, config, shuffle_params,
+                                                name=prefix + symbol)
+                 for symbol, pass_ in ((FORWARD_SYMBOL, "forward"),
+                                       (BACKWARD_SYMBOL, "backward"))}
+        return CpuKernelSet(funcs, 1, 0, False)
     params = RULE.default_params(config)
     kernels = [(FORWARD_SYMBOL, "forward", merge_forward, 1),
                (BACKWARD_SYMBOL, "backward", merge_backward, 1)]
@@ -111,6 +128,8 @@ def build_cpu_library(config: OpConfig, out_dir: Path) -> dict:
 def cpu_facts(config: OpConfig) -> dict:
     """The manifest's facts of ``config``'s CPU kernels (what :func:`scheduled_cpu_kernels`
     builds), without scheduling anything."""
+    if SHUFFLE.supports(config):
+        return {"forward_vec": 1, "pairs_forward_vec": 0, "pairs_backward": False}
     pairs_vec = _pairs_vec(config)
     return {"forward_vec": RULE.forward_vec(config, RULE.default_params(config)),
             "pairs_forward_vec": pairs_vec, "pairs_backward": pairs_vec > 0}

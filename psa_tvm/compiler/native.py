@@ -77,7 +77,7 @@ def _generator_digest() -> bytes:
     # psa_tvm.compiler.cpu.DEFINITION_DIGEST, read here without importing TVM.
     here = Path(__file__).parent
     for path in (CPU_POOL_SOURCE, here / "compute.py", here / "cpu_pairs.py",
-                 here / "rules" / "cpu.py", here / "cpu.py"):
+                 here / "rules" / "cpu.py", here / "rules" / "cpu_shuffle.py", here / "cpu.py"):
         sha.update(path.read_bytes())
     # The layout family's tensor lists and kernel views (the stream tables are built from them).
     sha.update((here.parent / "layouts.py").read_bytes())
