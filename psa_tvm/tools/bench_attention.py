@@ -280,6 +280,61 @@ def markdown(records: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def plot(records: list[dict], path: Path) -> None:
+    """Speed-up over stock (GPU time) of every core case, one panel per dtype and mode, and the
+    batch-1 C2PSA wall times; matplotlib is optional (the caller catches its ImportError)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    core = [r for r in records if r.get("part") == "core" and "gpu_us" in r]
+    blocks = [r for r in records if r.get("part") in ("c2psa", "c2psa.attention")
+              and "wall_us" in r]
+    groups = [(d, m) for d in ("float16", "bfloat16") for m in ("inference", "training")
+              if any(r["dtype"] == d and r["mode"] == m for r in core)]
+    if not groups and not blocks:
+        return
+    fig, axes = plt.subplots(len(groups) + bool(blocks), 1,
+                             figsize=(14, 3.2 * (len(groups) + bool(blocks))), squeeze=False)
+    impls = [i for i in IMPLS if i != "stock"]
+    width = 0.8 / len(impls)
+    for ax, (dtype, mode) in zip(axes[:, 0], groups, strict=False):
+        subset = [r for r in core if r["dtype"] == dtype and r["mode"] == mode]
+        shapes = list(dict.fromkeys((r["dim"], r["batch"], r["size"]) for r in subset))
+        stock = {(r["dim"], r["batch"], r["size"]): r["gpu_us"]
+                 for r in subset if r["impl"] == "stock"}
+        for k, impl in enumerate(impls):
+            values = [next((stock[s] / r["gpu_us"] for r in subset if s in stock
+                            and (r["dim"], r["batch"], r["size"]) == s and r["impl"] == impl),
+                           0) for s in shapes]
+            ax.bar([i + k * width for i in range(len(shapes))], values, width, label=impl)
+        ax.axhline(1.0, color="black", lw=0.8)
+        ax.set_xticks([i + 0.4 for i in range(len(shapes))],
+                      [f"{d}, B={b}, {n}x{n}" for d, b, n in shapes], rotation=30, ha="right",
+                      fontsize=7)
+        ax.set_ylabel("x stock (GPU time)")
+        ax.set_title(f"attention core, {dtype} {mode}: speed-up over ultralytics' matmul path "
+                     "(profiler kernel time)")
+        ax.legend(ncol=len(impls), fontsize=8)
+    if blocks:
+        ax = axes[-1, 0]
+        names = list(dict.fromkeys(f"{r['part']} ({r['dim']})" for r in blocks))
+        block_impls = list(dict.fromkeys(r["impl"] for r in blocks))
+        bar = 0.8 / len(block_impls)
+        for k, impl in enumerate(block_impls):
+            values = [next((r["wall_us"] for r in blocks if r["impl"] == impl
+                            and f"{r['part']} ({r['dim']})" == name), 0) for name in names]
+            ax.bar([i + k * bar for i in range(len(names))], values, bar, label=impl)
+        ax.set_xticks([i + 0.4 for i in range(len(names))], names, fontsize=8)
+        ax.set_ylabel("wall us per call")
+        ax.set_title("batch 1, 20x20, float16, eager inference: wall time per call (best of "
+                     "15 interleaved rounds; host-bound)")
+        ax.legend(ncol=len(block_impls), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def add_arguments(parser, standalone: bool = True) -> None:
     """This benchmark's arguments; ``standalone=False`` when ``psa-tvm bench`` already has
     ``--dtypes``, ``--out`` and ``--artifacts``."""
@@ -295,6 +350,8 @@ def add_arguments(parser, standalone: bool = True) -> None:
                         help="the issue's target shapes, the YOLO grid, or both")
     parser.add_argument("--budget-s", type=float, default=600.0,
                         help="stop starting new cases after this many seconds")
+    parser.add_argument("--replot-attention", metavar="BENCH_ATTENTION_JSON", default=None,
+                        help="only redraw the table and plot of an earlier run (no GPU needed)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -303,7 +360,21 @@ def main(argv: list[str] | None = None) -> int:
     return run(parser.parse_args(argv))
 
 
+def _write_plot(records: list[dict], out: Path) -> None:
+    try:
+        plot(records, out / "bench_attention.png")
+    except ImportError as err:  # matplotlib is optional: the table and JSON are written
+        print(f"no plot: {err}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "replot_attention", None):
+        records = json.loads(Path(args.replot_attention).read_text())["records"]
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench_attention.md").write_text(markdown(records) + "\n")
+        _write_plot(records, out)
+        return 0
     if not torch.cuda.is_available():
         print("psa-tvm bench --attention needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -345,6 +416,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             records.extend(bench_core(*case[1:]))
         save()
+    _write_plot(records, out)
     print(markdown(records))
     return 0
 
