@@ -15,6 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
+# JAX (tests/test_native.py) would otherwise take 75% of the GPU's memory when it starts and keep
+# it for the rest of the session: a later test that needs tens of GB (the > 2**31-element merge
+# in tests/test_gpu.py) then runs out of memory whenever it runs after the JAX test.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
 from psa_tvm.config import OpConfig
 
 #: What ``small_artifacts`` holds: (config, GPU schedules); CPU libraries for each config too

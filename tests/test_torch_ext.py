@@ -136,6 +136,25 @@ def test_errors_are_the_librarys(ext, small_artifacts, case):
     assert out.canaries_intact() and torch.isnan(out.tensor).all()
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_cpu_parallel_regions_run_on_torchs_pool(ext, threads):
+    """Bound to a library with CPU kernels, the extension runs their parallel regions on torch's
+    intra-op pool (at::parallel_for): exact with one thread and with several, for calls large
+    enough to be parallel (> 64 KB moved)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        lo, hi, grad = _case((4, 40, 40), torch.float32, "cpu")
+        out = poisoned((4, C, 40, 40), torch.float32, "cpu")
+        ext.merge(lo, hi, NH, 40, 40, out.tensor)
+        assert bitwise_equal(out.tensor, _merged_ref(lo, hi, 40, 40)) and out.canaries_intact()
+        d_lo, d_hi = ext.merge_backward(grad, NH, KD, None, None)
+        want_lo, want_hi = _backward_ref(grad)
+        assert bitwise_equal(d_lo, want_lo) and bitwise_equal(d_hi, want_hi)
+    finally:
+        torch.set_num_threads(previous)
+
+
 def test_public_functions_use_it_and_fall_back(ext, monkeypatch):
     """psa_tvm.merge / merge_backward / psa_tvm.torch.merge_attn call the extension; a
     configuration the library lacks falls back to the Python path (which says what to build)."""

@@ -90,10 +90,21 @@ class Pool {
 
 thread_local bool tls_serial = false;  // psa_tvm_pool_serial: this thread's launches run inline
 
+// A parallel-for from outside (psa_tvm_set_parallel_launcher), same signature as Launch: psa-tvm's
+// PyTorch extension sets torch's intra-op pool here, so that the kernels run on torch's threads.
+// Why: after each torch CPU op its OpenMP workers spin for a while on every core, and this pool's
+// workers then wait for the scheduler to preempt them; on a 2-core host that made single calls
+// 5-13x slower than their usual time.
+typedef int (*LaunchFn)(Lambda f, void* cdata, int num_task);
+std::atomic<LaunchFn> g_external{nullptr};
+
 int Launch(Lambda f, void* cdata, int num_task) {
   if (tls_serial) {  // one task over the whole range, on the calling thread: no wake-up
     GroupEnv env{nullptr, 1};
     return f(0, &env, cdata);
+  }
+  if (LaunchFn external = g_external.load(std::memory_order_acquire)) {
+    return external(f, cdata, num_task);
   }
   static Pool* pool = new Pool();  // started on first use; never destroyed (exit-safe)
   return pool->Launch(f, cdata, num_task);
@@ -123,4 +134,13 @@ extern "C" int psa_tvm_pool_serial(int on) {
   const int previous = tls_serial ? 1 : 0;
   tls_serial = on != 0;
   return previous;
+}
+
+// `psa_tvm_set_parallel_launcher(fn)`: run every parallel region through `fn` (an
+// `int(int (*)(int, {void*, int32_t}*, void*), void*, int)` with TVM's parallel-for contract:
+// run tasks 0..n-1, n = num_task or the launcher's thread count when num_task is 0), or through
+// this pool again when `fn` is null; returns the previous one. Exported (the libraries are built
+// with hidden visibility) for psa-tvm's PyTorch extension, which finds it with dlsym.
+extern "C" __attribute__((visibility("default"))) void* psa_tvm_set_parallel_launcher(void* fn) {
+  return reinterpret_cast<void*>(g_external.exchange(reinterpret_cast<LaunchFn>(fn)));
 }

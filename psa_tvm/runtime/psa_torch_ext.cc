@@ -18,6 +18,7 @@
 #include <torch/extension.h>
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/Parallel.h>
 
 #if PSA_EXT_CUDA
 #include <ATen/cuda/EmptyTensor.h>
@@ -29,6 +30,7 @@
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/c_env_api.h>
 
+#include <atomic>
 #include <cmath>
 #include <initializer_list>
 #include <map>
@@ -53,6 +55,30 @@ Bound& bound() {
   return b;
 }
 
+// TVM's parallel-for contract (c_backend_api.h), for the native library's CPU kernels.
+struct ParallelGroupEnv {
+  void* sync_handle;
+  int32_t num_task;
+};
+using ParallelLambda = int (*)(int task_id, ParallelGroupEnv* env, void* cdata);
+
+// The CPU kernels' parallel regions on torch's intra-op pool (at::parallel_for), installed into
+// the bound library (psa_tvm_set_parallel_launcher in cpu_pool.cc): one set of threads for torch
+// and psa-tvm, instead of the library's own pool waiting for cores on which torch's OpenMP
+// workers spin after every op (single calls 5-13x slower on a 2-core host).
+int TorchParallelLaunch(ParallelLambda f, void* cdata, int num_task) {
+  const int tasks = num_task > 0 ? num_task : static_cast<int>(at::get_num_threads());
+  ParallelGroupEnv env{nullptr, tasks};
+  std::atomic<int> rc{0};
+  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int r = f(static_cast<int>(task), &env, cdata);
+      if (r != 0) rc.store(r);
+    }
+  });
+  return rc.load();
+}
+
 void Bind(const std::string& path, const std::map<std::string, int64_t>& stream_ops) {
   Bound& b = bound();
   std::lock_guard<std::mutex> lock(b.mu);
@@ -66,6 +92,10 @@ void Bind(const std::string& path, const std::map<std::string, int64_t>& stream_
               " has no merge / merge_backward_grads exports");
   b.merge = merge;
   b.backward_grads = grads;
+  using SetLauncher = void* (*)(void*);  // absent in libraries without CPU kernels (or older)
+  if (auto set = reinterpret_cast<SetLauncher>(dlsym(handle, "psa_tvm_set_parallel_launcher"))) {
+    set(reinterpret_cast<void*>(&TorchParallelLaunch));
+  }
   b.stream_run = reinterpret_cast<TVMFFISafeCallType>(dlsym(handle, "__tvm_ffi_stream_run"));
   auto index = [&](const char* name) {
     auto it = stream_ops.find(name);

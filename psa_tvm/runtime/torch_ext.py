@@ -52,13 +52,19 @@ class TorchExtensionError(RuntimeError):
     """The extension was required (``PSA_TVM_TORCH_EXT=1``) and could not be built or loaded."""
 
 
+# -fopenmp: at::parallel_for (the CPU kernels' parallel regions on torch's intra-op pool) is a
+# header template whose `omp parallel` is ignored without it; the libgomp it links is torch's own
+# where torch ships it as libgomp.so.1 (one OpenMP runtime, one set of threads). In the digest.
+_FLAGS = ("-O2", "-fopenmp")
+
+
 def _digest() -> str:
     import torch
     import tvm_ffi
 
     sha = hashlib.sha1(SOURCE.read_bytes())
     for part in (torch.__version__, str(torch.version.cuda), tvm_ffi.__version__,
-                 sys.version, str(env.cxx_compiler())):
+                 sys.version, str(env.cxx_compiler()), *_FLAGS):
         sha.update(part.encode())
     return sha.hexdigest()[:12]
 
@@ -100,9 +106,10 @@ def build_and_load(verbose: bool = False) -> Any:
     build_dir.mkdir(parents=True, exist_ok=True)
     lib_dir = str(Path(libinfo.find_libtvm_ffi()).parent)
     return cpp_extension.load(
-        name=name, sources=[str(SOURCE)], extra_cflags=["-O2", f"-DPSA_EXT_CUDA={int(cuda)}"],
+        name=name, sources=[str(SOURCE)],
+        extra_cflags=[*_FLAGS, f"-DPSA_EXT_CUDA={int(cuda)}"],
         extra_include_paths=[libinfo.find_include_path(), libinfo.find_dlpack_include_path()],
-        extra_ldflags=[f"-L{lib_dir}", "-ltvm_ffi", f"-Wl,-rpath,{lib_dir}"],
+        extra_ldflags=[f"-L{lib_dir}", "-ltvm_ffi", f"-Wl,-rpath,{lib_dir}", "-fopenmp"],
         build_directory=str(build_dir), with_cuda=cuda, verbose=verbose)
 
 
