@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 
 import torch
@@ -77,3 +78,21 @@ def mutate_arguments(draw, args: list, tensors, scalars, st) -> list:
         elif args:
             args[min(i, len(args) - 1)] = draw(tensors) if kind == "tensor" else draw(scalars)
     return args
+
+
+_UNTOUCHED: list = []  # the regions handed out below, alive for the whole session
+
+
+def untouched_memory(nbytes: int):
+    """``nbytes`` of anonymous memory that is never touched (MAP_NORESERVE: no RAM is used until
+    written), for huge tensors or arrays whose planning reads shapes and pointers only; skips
+    the test when the address space cannot be reserved."""
+    import pytest
+
+    try:
+        region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+                           | getattr(mmap, "MAP_NORESERVE", 0))
+    except OSError as err:
+        pytest.skip(f"cannot reserve {nbytes} bytes of address space: {err}")
+    _UNTOUCHED.append(region)
+    return region

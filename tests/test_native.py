@@ -26,7 +26,7 @@ import psa_tvm
 from psa_tvm import reference
 from psa_tvm.errors import ArtifactNotFoundError
 from psa_tvm.runtime import native as native_rt
-from tests.helpers import bitwise_equal, inputs, mutate_arguments, poisoned
+from tests.helpers import bitwise_equal, inputs, mutate_arguments, poisoned, untouched_memory
 
 KD, NH = 32, 4
 C = 2 * NH * KD
@@ -338,23 +338,12 @@ def test_choice_agrees_with_the_runtime_op(art, lib, arch, dtype, n, offset):
 def _fake_huge(shape, dtype="float16"):
     """A huge array backed by untouched anonymous memory (MAP_NORESERVE: no RAM is used until
     written): planning reads shapes and pointers only, never the memory."""
-    import mmap
-
     np = pytest.importorskip("numpy")
     count = 1
     for size in shape:
         count *= size
-    itemsize = np.dtype(dtype).itemsize
-    try:
-        region = mmap.mmap(-1, count * itemsize, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
-                           | getattr(mmap, "MAP_NORESERVE", 0))
-    except OSError as err:
-        pytest.skip(f"cannot reserve {count * itemsize} bytes of address space: {err}")
-    _KEEP.append(region)
+    region = untouched_memory(count * np.dtype(dtype).itemsize)
     return np.frombuffer(region, dtype=dtype, count=count).reshape(shape)
-
-
-_KEEP: list = []
 
 
 @pytest.mark.parametrize("n", [2**31 // (2 * NH * KD) + 64, 2**31 // (2 * NH * KD) + 3])

@@ -10,7 +10,6 @@ tests/test_attention_gpu.py.
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 import shutil
 
@@ -23,7 +22,7 @@ from psa_tvm.layouts import STREAM_OPS
 from psa_tvm.runtime import native as native_rt
 from psa_tvm.runtime.stream_op import PsaStreamRuntimeOp, StreamDims
 from psa_tvm.runtime.tensors import tensor_info
-from tests.helpers import mutate_arguments
+from tests.helpers import mutate_arguments, untouched_memory
 
 KD, NH = 32, 4
 PASSES = ("forward", "backward")
@@ -89,16 +88,8 @@ def test_choice_agrees_with_the_runtime_op(attention_artifacts, lib, name, pass_
 def _fake_huge(shape, dtype=torch.float16) -> torch.Tensor:
     """A huge CPU tensor over untouched anonymous memory: planning reads no element."""
     count = _numel(shape)
-    try:
-        region = mmap.mmap(-1, count * 2, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
-                           | getattr(mmap, "MAP_NORESERVE", 0))
-    except OSError as err:
-        pytest.skip(f"cannot reserve {count * 2} bytes of address space: {err}")
-    _KEEP.append(region)
+    region = untouched_memory(count * dtype.itemsize)
     return torch.frombuffer(region, dtype=dtype, count=count).view(shape)
-
-
-_KEEP: list = []
 
 
 @pytest.mark.parametrize("name,pass_", [("qkv", "backward"), ("attn_flash", "forward")])
