@@ -4,9 +4,9 @@
 // Why: on the native library, psa_tvm.torch.merge_attn still paid Python for the output's
 // allocation (and tvm_ffi for converting torch tensors), and with autograd recording
 // torch.autograd.Function (~6 us on the H200 host): more than one eager torch op costs. Here
-// one pybind11 call goes straight to C++: outputs come from torch's caching allocator
-// (at::detail::empty_*), the autograd node is a torch::autograd::Function, and the kernels run through
-// the artifact directory's native library (its `merge` / `merge_backward_grads` exports,
+// one call goes straight to C++: outputs come from torch's caching allocator
+// (at::detail::empty_*), the autograd node is a torch::autograd::Function, and the kernels run
+// through the artifact directory's native library (its `merge` / `merge_backward_grads` exports,
 // called through the TVM-FFI C ABI on torch's current stream), so every check, every error
 // message and the kernel choice stay in one place: the library.
 //
@@ -388,37 +388,40 @@ PyObject* Guarded(const char* name, Py_ssize_t nargs, Py_ssize_t expected, Body 
   return nullptr;
 }
 
+// The forward's (lo, hi, num_heads, H, W) as plain tensors and exact ints, or false.
+struct ForwardArgs {
+  const at::Tensor* lo = nullptr;
+  const at::Tensor* hi = nullptr;
+  int64_t num_heads = 0, height = 0, width = 0;
+  bool Read(PyObject* const* args) {
+    lo = Plain(args[0]);
+    hi = lo ? Plain(args[1]) : nullptr;
+    return hi && Int64(args[2], &num_heads) && Int64(args[3], &height) &&
+           Int64(args[4], &width);
+  }
+};
+
 // merge_attn(lo, hi, num_heads, H, W), or None.
 PyObject* MergeAttnEager(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return Guarded("merge_attn_eager", nargs, 5, [&]() -> PyObject* {
-    const at::Tensor* l = Plain(args[0]);
-    const at::Tensor* h = l ? Plain(args[1]) : nullptr;
-    int64_t heads, rows, cols;
-    if (!h || !Int64(args[2], &heads) || !Int64(args[3], &rows) || !Int64(args[4], &cols) ||
-        !NoModes()) {
-      Py_RETURN_NONE;
-    }
-    return Wrap(MergeAttn(*l, *h, heads, rows, cols));
+    ForwardArgs a;
+    if (!a.Read(args) || !NoModes()) Py_RETURN_NONE;
+    return Wrap(MergeAttn(*a.lo, *a.hi, a.num_heads, a.height, a.width));
   });
 }
 
 // merge(lo, hi, num_heads, H, W, out) (out None: allocated), or None.
 PyObject* MergeEager(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return Guarded("merge_eager", nargs, 6, [&]() -> PyObject* {
-    const at::Tensor* l = Plain(args[0]);
-    const at::Tensor* h = l ? Plain(args[1]) : nullptr;
-    int64_t heads, rows, cols;
+    ForwardArgs a;
     c10::optional<at::Tensor> given;
-    if (!h || !Int64(args[2], &heads) || !Int64(args[3], &rows) || !Int64(args[4], &cols) ||
-        !OptionalPlain(args[5], &given) || !NoModes()) {
-      Py_RETURN_NONE;
-    }
+    if (!a.Read(args) || !OptionalPlain(args[5], &given) || !NoModes()) Py_RETURN_NONE;
     if (given) {
-      Merge(*l, *h, heads, rows, cols, given);
+      Merge(*a.lo, *a.hi, a.num_heads, a.height, a.width, given);
       Py_INCREF(args[5]);
       return args[5];  // the caller's object itself
     }
-    return Wrap(Merge(*l, *h, heads, rows, cols, c10::nullopt));
+    return Wrap(Merge(*a.lo, *a.hi, a.num_heads, a.height, a.width, c10::nullopt));
   });
 }
 
@@ -508,7 +511,7 @@ at::Tensor AttentionInference(const at::Tensor& qkv, int64_t num_heads, int64_t 
               {o.transpose(1, 2).contiguous(), out});
     return out;
   }
-  if (batch == 1) {  // one flash call for both halves (psa_tvm.attention._flash_pair)
+  if (batch == 1) {  // one flash call for both halves (psa_tvm.attention._flash_inference)
     const at::Tensor o = std::get<0>(at::_scaled_dot_product_flash_attention(
         q.expand({2, -1, -1, -1}), k.expand({2, -1, -1, -1}), VPair(p, key_dim), 0.0, false,
         false, scale)).transpose(1, 2).contiguous();
