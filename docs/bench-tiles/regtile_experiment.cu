@@ -471,3 +471,141 @@ DEFINE_SLAB(2, 512)
 DEFINE_SLAB(4, 128)
 DEFINE_SLAB(4, 256)
 DEFINE_SLAB(4, 512)
+
+// ---------------------------------------------------------------------------------------------
+// Segment kernels: the slab's sides (one 32-byte sector per position on the kd side, G = 32/ES
+// rows of the merged tensor) cut along N into segments of T positions, so CTAs are small and
+// many. Row r of a segment starts at a per-row offset s_r = (row start) mod VE from the 16-byte
+// grid; shared-memory row r holds position n0 + i at index s_r + i, so the aligned vector j of
+// the row's segment (global [floor16(start) + j*VE, +VE)) is shared-memory vector j of that row.
+// Vectors wholly inside the segment move as one 16-byte access; the (at most two) partial ones
+// at the segment's ends element by element (their other elements belong to the next segment).
+namespace {
+template <int ES, int KDIM, int THREADS, int T>
+__device__ __forceinline__ void fwd_seg(const char* lo, const char* hi, char* out, int N) {
+  constexpr int VE = 16 / ES, G = 32 / ES, STRIDE = T + VE, SLOTS = T / VE + 1;
+  __shared__ uint4 smem_raw[G * STRIDE / VE];
+  char* sm = reinterpret_cast<char*>(smem_raw);
+  const int slice = blockIdx.y, row = slice >> 1;
+  const int grp = blockIdx.x & (KDIM / G - 1), n0 = (blockIdx.x / (KDIM / G)) * T;
+  const char* src = ((slice & 1) ? hi : lo) + ((int64_t)row * N * KDIM + grp * G) * ES;
+  const int64_t base = ((int64_t)slice * KDIM + grp * G) * N;  // element of row 0 in `out`
+#pragma unroll 2
+  for (int p = threadIdx.x; p < 2 * T; p += THREADS) {
+    const int i = p >> 1, half = p & 1, n = n0 + i;
+    if (n >= N) continue;
+    const V4 v = ld16(src + ((int64_t)n * KDIM + half * VE) * ES);
+#pragma unroll
+    for (int k = 0; k < VE; ++k) {
+      const int r = half * VE + k;
+      const int s = (int)((base + (int64_t)r * N + n0) & (VE - 1));
+      const uint32_t e = elem<ES>(v, k);
+      if constexpr (ES == 4) {
+        reinterpret_cast<uint32_t*>(sm)[r * STRIDE + s + i] = e;
+      } else {
+        reinterpret_cast<uint16_t*>(sm)[r * STRIDE + s + i] = static_cast<uint16_t>(e);
+      }
+    }
+  }
+  __syncthreads();
+  const int n1 = min(n0 + T, N);
+  for (int q = threadIdx.x; q < G * SLOTS; q += THREADS) {
+    const int r = q / SLOTS, j = q - r * SLOTS;
+    const int64_t start = base + (int64_t)r * N + n0, end = start + (n1 - n0);
+    const int64_t a = (start & ~(int64_t)(VE - 1)) + (int64_t)j * VE;
+    if (a >= end) continue;
+    char* dst = out + a * ES;
+    if (a >= start && a + VE <= end) {
+      *reinterpret_cast<uint4*>(dst) = smem_raw[(r * STRIDE) / VE + j];
+    } else {
+#pragma unroll
+      for (int k = 0; k < VE; ++k) {
+        if (a + k >= start && a + k < end) {
+          if constexpr (ES == 4) {
+            reinterpret_cast<uint32_t*>(dst)[k] =
+                reinterpret_cast<const uint32_t*>(sm)[r * STRIDE + j * VE + k];
+          } else {
+            reinterpret_cast<uint16_t*>(dst)[k] =
+                reinterpret_cast<const uint16_t*>(sm)[r * STRIDE + j * VE + k];
+          }
+        }
+      }
+    }
+  }
+}
+
+template <int ES, int KDIM, int THREADS, int T>
+__device__ __forceinline__ void bwd_seg(const char* g, char* dlo, char* dhi, int N) {
+  constexpr int VE = 16 / ES, G = 32 / ES, STRIDE = T + VE, SLOTS = T / VE + 1;
+  __shared__ uint4 smem_raw[G * STRIDE / VE];
+  char* sm = reinterpret_cast<char*>(smem_raw);
+  const int slice = blockIdx.y, row = slice >> 1;
+  const int grp = blockIdx.x & (KDIM / G - 1), n0 = (blockIdx.x / (KDIM / G)) * T;
+  char* dst = ((slice & 1) ? dhi : dlo) + ((int64_t)row * N * KDIM + grp * G) * ES;
+  const int64_t base = ((int64_t)slice * KDIM + grp * G) * N;
+  const int n1 = min(n0 + T, N);
+  for (int q = threadIdx.x; q < G * SLOTS; q += THREADS) {
+    const int r = q / SLOTS, j = q - r * SLOTS;
+    const int64_t start = base + (int64_t)r * N + n0, end = start + (n1 - n0);
+    const int64_t a = (start & ~(int64_t)(VE - 1)) + (int64_t)j * VE;
+    if (a >= end) continue;
+    const char* src = g + a * ES;
+    if (a >= start && a + VE <= end) {
+      smem_raw[(r * STRIDE) / VE + j] = __ldg(reinterpret_cast<const uint4*>(src));
+    } else {
+#pragma unroll
+      for (int k = 0; k < VE; ++k) {
+        if (a + k >= start && a + k < end) {
+          if constexpr (ES == 4) {
+            reinterpret_cast<uint32_t*>(sm)[r * STRIDE + j * VE + k] =
+                __ldg(reinterpret_cast<const uint32_t*>(src) + k);
+          } else {
+            reinterpret_cast<uint16_t*>(sm)[r * STRIDE + j * VE + k] =
+                __ldg(reinterpret_cast<const unsigned short*>(src) + k);
+          }
+        }
+      }
+    }
+  }
+  __syncthreads();
+#pragma unroll 2
+  for (int p = threadIdx.x; p < 2 * T; p += THREADS) {
+    const int i = p >> 1, half = p & 1, n = n0 + i;
+    if (n >= N) continue;
+    uint32_t e[VE];
+#pragma unroll
+    for (int k = 0; k < VE; ++k) {
+      const int r = half * VE + k;
+      const int s = (int)((base + (int64_t)r * N + n0) & (VE - 1));
+      if constexpr (ES == 4) {
+        e[k] = reinterpret_cast<const uint32_t*>(sm)[r * STRIDE + s + i];
+      } else {
+        e[k] = reinterpret_cast<const uint16_t*>(sm)[r * STRIDE + s + i];
+      }
+    }
+    V4 v;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) v.w[m] = ES == 4 ? e[m] : (e[2 * m] | (e[2 * m + 1] << 16));
+    st16(dst + ((int64_t)n * KDIM + half * VE) * ES, v);
+  }
+}
+}  // namespace
+
+#define DEFINE_SEG(ES, THREADS, T)                                                               \
+  extern "C" __global__ void __launch_bounds__(THREADS)                                          \
+      fwd_seg_e##ES##_##THREADS##_##T(const void* a, const void* b, void* c, int N) {            \
+    fwd_seg<ES, KD, THREADS, T>((const char*)a, (const char*)b, (char*)c, N);                    \
+  }                                                                                              \
+  extern "C" __global__ void __launch_bounds__(THREADS)                                          \
+      bwd_seg_e##ES##_##THREADS##_##T(const void* a, const void* b, void* c, int N) {            \
+    bwd_seg<ES, KD, THREADS, T>((const char*)a, (char*)b, (char*)c, N);                          \
+  }
+
+DEFINE_SEG(2, 128, 128)
+DEFINE_SEG(2, 256, 256)
+DEFINE_SEG(2, 128, 64)
+DEFINE_SEG(2, 256, 128)
+DEFINE_SEG(4, 128, 128)
+DEFINE_SEG(4, 256, 256)
+DEFINE_SEG(4, 128, 64)
+DEFINE_SEG(4, 256, 128)

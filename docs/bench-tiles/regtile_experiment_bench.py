@@ -23,6 +23,8 @@ DT = {"float16": torch.float16, "float32": torch.float32}
 BITS = {torch.float16: torch.int16, torch.float32: torch.int32}
 ES = {"float16": 2, "float32": 4}
 CONFIGS = [(128, 1), (128, 2), (256, 1)]
+SEGMENTS = [(128, 128), (256, 256), (128, 64), (256, 128)]  # (threads, positions per segment)
+KINDS = ("reg", "shift")
 # (B, nh, H, W)
 SHAPES = [(16, 4, 40, 40), (64, 4, 40, 40), (16, 6, 40, 40), (64, 4, 20, 20), (16, 4, 80, 80),
           (16, 4, 37, 29), (64, 4, 37, 29), (64, 4, 20, 15), (16, 4, 40, 23), (64, 4, 40, 23),
@@ -52,7 +54,9 @@ def check_and_time(prof, fwd, bwd, out, dlo, dhi, want, want_lo, want_hi, bits) 
             "exact_bwd": bool(exact_b)}
 
 
-def main(artifacts: str, cubin: str, out_path: str) -> None:
+def main(artifacts: str, cubin: str, out_path: str, kinds: str = "reg,shift") -> None:
+    global KINDS
+    KINDS = tuple(k for k in kinds.split(",") if k)
     module = cp.RawModule(path=cubin)
     prof = KernelProfiler(GpuTimer(reps=5), reps=15)
     stream_ptr = torch.cuda.current_stream().cuda_stream
@@ -72,17 +76,20 @@ def main(artifacts: str, cubin: str, out_path: str) -> None:
                 sink.flush()
                 summary.append(row)
     print(f"{'dtype':8} {'shape':14} {'N':>5} {'MB':>6} {'copy':>7} {'tvm f/b':>11} "
-          f"{'best reg f/b':>22} {'best shift f/b':>22} {'best slab f/b':>22}")
+          f"{'best reg f/b':>22} {'best shift f/b':>22} {'best slab f/b':>22} "
+          f"{'best segment f/b':>26}")
     for row in summary:
         tvm = row["tvm"]
         rf, rb = best(row, "reg", "fwd"), best(row, "reg", "bwd")
         sf, sb = best(row, "shift", "fwd"), best(row, "shift", "bwd")
         bf, bb = best(row, "slab", "fwd"), best(row, "slab", "bwd")
+        gf, gb = best(row, "seg", "fwd"), best(row, "seg", "bwd")
         print(f"{row['dtype']:8} {row['shape']!s:14} {row['n']:5d} {row['mb']:6.1f} "
               f"{row['copy']:7.2f} {tvm['fwd']/row['copy']:5.2f}/{tvm['bwd']/row['copy']:5.2f} "
               f"{rf[0]:5.2f}({rf[1][4:]:>5})/{rb[0]:5.2f}({rb[1][4:]:>5}) "
               f"{sf[0]:5.2f}({sf[1][6:]:>5})/{sb[0]:5.2f}({sb[1][6:]:>5}) "
-              f"{bf[0]:5.2f}({bf[1][5:]:>5})/{bb[0]:5.2f}({bb[1][5:]:>5})")
+              f"{bf[0]:5.2f}({bf[1][5:]:>5})/{bb[0]:5.2f}({bb[1][5:]:>5}) "
+              f"{gf[0]:5.2f}({gf[1][4:]:>7})/{gb[0]:5.2f}({gb[1][4:]:>7})")
     bad = [(r['dtype'], r['shape'], k) for r in summary for k, v in r.items()
            if isinstance(v, dict) and v.get('exact') is False]
     print("inexact:", bad if bad else "none")
@@ -124,7 +131,15 @@ def one_shape(module, prof, tuned, stream, stream_ptr, dtype, batch, nh, h, w) -
                        (grad.data_ptr(), dlo.data_ptr(), dhi.data_ptr()), n, stream, slab)
         row[f"slab_{threads}"] = check_and_time(prof, fwd, bwd, out, dlo, dhi, want, want_lo,
                                                 want_hi, bits)
-    for kind in ("reg", "shift"):
+    for threads, seg in SEGMENTS:
+        grid = ((n + seg - 1) // seg * (KD * es // 32), batch * nh * 2, 1)
+        fwd = launcher(module.get_function(f"fwd_seg_e{es}_{threads}_{seg}"), grid, threads,
+                       (lo.data_ptr(), hi.data_ptr(), out.data_ptr()), n, stream)
+        bwd = launcher(module.get_function(f"bwd_seg_e{es}_{threads}_{seg}"), grid, threads,
+                       (grad.data_ptr(), dlo.data_ptr(), dhi.data_ptr()), n, stream)
+        row[f"seg_{threads}_{seg}"] = check_and_time(prof, fwd, bwd, out, dlo, dhi, want,
+                                                     want_lo, want_hi, bits)
+    for kind in KINDS:
         if kind == "reg" and n % ve:
             continue
         for threads, it in CONFIGS:
@@ -145,4 +160,4 @@ def one_shape(module, prof, tuned, stream, stream_ptr, dtype, batch, nh, h, w) -
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3])
+    main(*sys.argv[1:5])
