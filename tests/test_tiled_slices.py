@@ -85,6 +85,7 @@ SETS = {
     "heads2_pad32": TiledParams(tile_n=80, threads=160, row_threads=4, pad_bytes=32,
                                 slices_per_cta=2, heads_inner=True),
     "tile80": TiledParams(tile_n=80, threads=160, row_threads=4),
+    "tile64_r4": TiledParams(tile_n=64, threads=128, row_threads=4),
     "tile40_streams2_x": TiledParams(tile_n=40, threads=160, row_threads=2, slices_per_cta=2,
                                      slices_on_x=True),
 }
@@ -213,50 +214,62 @@ def test_a_tile_that_is_no_power_of_two_plans_on_the_cpu(tmp_path):
         assert plan.grid == (tiles, 3 * 4 * 4 // 2, 1) and plan.block == (160, 1, 1)
 
 
-# ----------------------------------------------------------------- qkv_grad_flash's own default
-def test_qkv_grad_flash_is_built_with_its_own_params_where_they_fit():
+# ------------------------------------------------------------------ the family ops' own defaults
+def test_listed_ops_are_built_with_their_own_params_where_they_fit():
     from psa_tvm.compiler.family_defaults import FAMILY_TILED, family_params
 
-    own = FAMILY_TILED["qkv_grad_flash"]
-    for dtype in ("float16", "bfloat16"):
-        for nh in (2, 4, 6, 8):
-            config = OpConfig(32, nh, dtype)
-            assert family_params("qkv_grad_flash", config) == own
-            assert BuildRequest(config, "tiled", op="qkv_grad_flash").resolved_params() == own
-    for config in (OpConfig(32, 3, "float16"), OpConfig(32, 4, "float32"),
-                   OpConfig(16, 4, "float16")):  # odd heads, untested dtype, kd < 4 vectors
-        assert family_params("qkv_grad_flash", config) is None
-        assert BuildRequest(config, "tiled", op="qkv_grad_flash").resolved_params() \
-            == RULE.default_params(config)
+    assert set(FAMILY_TILED) == {"qkv_grad_flash", "qkv", "qkv_grad_cudnn"}
+    for op, own in FAMILY_TILED.items():
+        for dtype in ("float16", "bfloat16"):
+            for nh in (2, 4, 6, 8):
+                config = OpConfig(32, nh, dtype)
+                assert family_params(op, config) == own
+                assert BuildRequest(config, "tiled", op=op).resolved_params() == own
+        for config in (OpConfig(32, 4, "float32"), OpConfig(16, 4, "float16")):
+            # untested dtype; kd < 4 vectors (row_threads=4 does not fit)
+            assert family_params(op, config) is None
+            assert BuildRequest(config, "tiled", op=op).resolved_params() \
+                == RULE.default_params(config)
+    # heads_inner with two heads per CTA needs an even nh; qkv's two streams do not
+    assert family_params("qkv_grad_flash", OpConfig(32, 3, "float16")) is None
+    assert family_params("qkv", OpConfig(32, 3, "float16")) == FAMILY_TILED["qkv"]
     config = OpConfig(32, 4, "float16")
-    for op in ("qkv", "qkv_grad_cudnn", "attn_flash", "attn", "merge"):
+    for op in ("attn_flash", "attn", "merge"):
         assert BuildRequest(config, "tiled", op=op).resolved_params() \
             == RULE.default_params(config)
     assert BuildRequest(config, "tiled", SETS["tile80"], op="qkv_grad_flash") \
         .resolved_params() == SETS["tile80"]  # explicit params win
 
 
-@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
-def test_every_variant_of_qkv_grad_flash_is_bit_exact(index_dtype):
-    """Every (vec_kd, vec) kernel the build holds with its own params (the GPU run timed only
-    the 16-byte int32 one), at an N with a partial tile; scalar N sides also at an odd N."""
+def _own_default_cases() -> list[tuple[str, str, str]]:
+    from psa_tvm.compiler.family_defaults import FAMILY_TILED
+
+    return [(op, pass_, index_dtype) for op in FAMILY_TILED
+            for pass_ in STREAM_OPS[op].passes for index_dtype in ("int32", "int64")]
+
+
+@pytest.mark.parametrize(("op_name", "pass_", "index_dtype"), _own_default_cases())
+def test_every_variant_of_an_own_default_is_bit_exact(op_name, pass_, index_dtype):
+    """Every (vec_kd, vec) kernel a build with the op's own params holds (the GPU runs timed
+    only the 16-byte int32 ones), at an N with a partial tile; scalar N sides also at an odd N."""
     from psa_tvm.compiler.artifact import variant_widths
     from psa_tvm.compiler.family_defaults import FAMILY_TILED
 
-    params, op = FAMILY_TILED["qkv_grad_flash"], STREAM_OPS["qkv_grad_flash"]
+    params, op = FAMILY_TILED[op_name], STREAM_OPS[op_name]
     config = OpConfig(32, 2, "float16")
+    names = op.tensor_names(pass_)
     for vec_kd, vec in variant_widths(RULE.vector_width(config, params), index_dtype):
-        func = stream_pass(config, op, "forward", vec=vec, index_dtype=index_dtype, name="f")
-        kernel = emulate(RULE.apply(func, "forward", config, params, vec, vec_kd))
+        func = stream_pass(config, op, pass_, vec=vec, index_dtype=index_dtype, name="f")
+        kernel = emulate(RULE.apply(func, pass_, config, params, vec, vec_kd))
         for height, width in ((8, 13),) + (((7, 9),) if vec == 1 else ()):
             n = height * width
-            shapes = op.kernel_shapes("forward", 2, n, 2, 32)
+            shapes = op.kernel_shapes(pass_, 2, n, 2, 32)
             tensors = {name: inputs(shapes[name], torch.float16, "cpu", seed=i)
-                       for i, name in enumerate(op.tensor_names("forward")[:-1])}
-            out = torch.full(shapes["merge"], float("nan"), dtype=torch.float16)
+                       for i, name in enumerate(names[:-1])}
+            out = torch.full(shapes[names[-1]], float("nan"), dtype=torch.float16)
             kernel(*tensors.values(), out, n // vec)
-            expected = _torch_reference(op, "forward", tensors, 2, n, 2, 32, height, width)
-            assert bitwise_equal(out, expected), (vec_kd, vec, index_dtype, n)
+            expected = _torch_reference(op, pass_, tensors, 2, n, 2, 32, height, width)
+            assert bitwise_equal(out, expected), (op_name, pass_, vec_kd, vec, index_dtype, n)
 
 
 def test_the_tuning_table_compares_with_what_an_untuned_build_uses(tmp_path, monkeypatch):

@@ -391,17 +391,19 @@ DEFINE(4, 128, 4)
 // flat [G, N] block, it moves with aligned 16-byte vectors whatever N is. The lo/hi side moves
 // one 32-byte sector per position (two 16-byte vectors). Shared memory: 32*N bytes.
 namespace {
-template <int ES, int KDIM, int THREADS>
+// G rows per CTA: 32 / ES (one 32-byte sector per position) or 16 / ES (half a sector; twice the
+// CTAs, half the shared memory). BULK: the forward's store is one cp.async.bulk of the flat block.
+template <int ES, int KDIM, int THREADS, int G, bool BULK>
 __device__ __forceinline__ void fwd_slab(const char* lo, const char* hi, char* out, int N) {
-  constexpr int VE = 16 / ES, G = 32 / ES;
+  constexpr int VE = 16 / ES, PIECES = G / VE;  // 16-byte pieces per position
   extern __shared__ uint4 smem_raw[];
   char* sm = reinterpret_cast<char*>(smem_raw);
   const int slice = blockIdx.y, row = slice >> 1, grp = blockIdx.x;
   const char* src = ((slice & 1) ? hi : lo) + ((int64_t)row * N * KDIM + grp * G) * ES;
   char* dst = out + ((int64_t)slice * KDIM + grp * G) * N * ES;
 #pragma unroll 4
-  for (int p = threadIdx.x; p < 2 * N; p += THREADS) {
-    const int half = p & 1, n = p >> 1;  // two lanes per position: one 32-byte sector
+  for (int p = threadIdx.x; p < PIECES * N; p += THREADS) {
+    const int half = PIECES == 1 ? 0 : (p & 1), n = PIECES == 1 ? p : (p >> 1);
     const V4 v = ld16(src + ((int64_t)n * KDIM + half * VE) * ES);
 #pragma unroll
     for (int k = 0; k < VE; ++k) {
@@ -413,18 +415,31 @@ __device__ __forceinline__ void fwd_slab(const char* lo, const char* hi, char* o
       }
     }
   }
-  __syncthreads();
-  const int vectors = G * N / VE;  // G = 2 VE: whole vectors
+  if constexpr (BULK) {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const unsigned bytes = static_cast<unsigned>(G * N * ES);  // a multiple of 16
+      const unsigned saddr = static_cast<unsigned>(__cvta_generic_to_shared(sm));
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                   :: "l"(dst), "r"(saddr), "r"(bytes) : "memory");
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    }
+  } else {
+    __syncthreads();
+    const int vectors = G * N / VE;  // G*N*ES = 16N or 32N bytes: whole vectors
 #pragma unroll 4
-  for (int q = threadIdx.x; q < vectors; q += THREADS) {
-    const uint4 v = smem_raw[q];
-    *reinterpret_cast<uint4*>(dst + (int64_t)q * 16) = v;
+    for (int q = threadIdx.x; q < vectors; q += THREADS) {
+      const uint4 v = smem_raw[q];
+      *reinterpret_cast<uint4*>(dst + (int64_t)q * 16) = v;
+    }
   }
 }
 
-template <int ES, int KDIM, int THREADS>
+template <int ES, int KDIM, int THREADS, int G>
 __device__ __forceinline__ void bwd_slab(const char* g, char* dlo, char* dhi, int N) {
-  constexpr int VE = 16 / ES, G = 32 / ES;
+  constexpr int VE = 16 / ES, PIECES = G / VE;
   extern __shared__ uint4 smem_raw[];
   char* sm = reinterpret_cast<char*>(smem_raw);
   const int slice = blockIdx.y, row = slice >> 1, grp = blockIdx.x;
@@ -437,8 +452,8 @@ __device__ __forceinline__ void bwd_slab(const char* g, char* dlo, char* dhi, in
   }
   __syncthreads();
 #pragma unroll 4
-  for (int p = threadIdx.x; p < 2 * N; p += THREADS) {
-    const int half = p & 1, n = p >> 1;
+  for (int p = threadIdx.x; p < PIECES * N; p += THREADS) {
+    const int half = PIECES == 1 ? 0 : (p & 1), n = PIECES == 1 ? p : (p >> 1);
     V4 v;
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
@@ -455,22 +470,31 @@ __device__ __forceinline__ void bwd_slab(const char* g, char* dlo, char* dhi, in
 }
 }  // namespace
 
-#define DEFINE_SLAB(ES, THREADS)                                                                 \
+#define DEFINE_SLAB(ES, THREADS, G, TAG, BULK)                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS)                                          \
-      fwd_slab_e##ES##_##THREADS(const void* a, const void* b, void* c, int N) {                 \
-    fwd_slab<ES, KD, THREADS>((const char*)a, (const char*)b, (char*)c, N);                      \
+      fwd_slab##TAG##_e##ES##_##THREADS(const void* a, const void* b, void* c, int N) {          \
+    fwd_slab<ES, KD, THREADS, G, BULK>((const char*)a, (const char*)b, (char*)c, N);             \
   }                                                                                              \
   extern "C" __global__ void __launch_bounds__(THREADS)                                          \
-      bwd_slab_e##ES##_##THREADS(const void* a, const void* b, void* c, int N) {                 \
-    bwd_slab<ES, KD, THREADS>((const char*)a, (char*)b, (char*)c, N);                            \
+      bwd_slab##TAG##_e##ES##_##THREADS(const void* a, const void* b, void* c, int N) {          \
+    bwd_slab<ES, KD, THREADS, G>((const char*)a, (char*)b, (char*)c, N);                         \
   }
 
-DEFINE_SLAB(2, 128)
-DEFINE_SLAB(2, 256)
-DEFINE_SLAB(2, 512)
-DEFINE_SLAB(4, 128)
-DEFINE_SLAB(4, 256)
-DEFINE_SLAB(4, 512)
+// slab: 32-byte rows per position; slabh: 16-byte (half); slabb: slab with a bulk store
+DEFINE_SLAB(2, 128, 16, , false)
+DEFINE_SLAB(2, 256, 16, , false)
+DEFINE_SLAB(2, 512, 16, , false)
+DEFINE_SLAB(4, 128, 8, , false)
+DEFINE_SLAB(4, 256, 8, , false)
+DEFINE_SLAB(4, 512, 8, , false)
+DEFINE_SLAB(2, 128, 8, h, false)
+DEFINE_SLAB(2, 256, 8, h, false)
+DEFINE_SLAB(4, 128, 4, h, false)
+DEFINE_SLAB(4, 256, 4, h, false)
+DEFINE_SLAB(2, 256, 16, b, true)
+DEFINE_SLAB(2, 512, 16, b, true)
+DEFINE_SLAB(4, 256, 8, b, true)
+DEFINE_SLAB(4, 512, 8, b, true)
 
 // ---------------------------------------------------------------------------------------------
 // Segment kernels: the slab's sides (one 32-byte sector per position on the kd side, G = 32/ES

@@ -23,8 +23,10 @@ DT = {"float16": torch.float16, "float32": torch.float32}
 BITS = {torch.float16: torch.int16, torch.float32: torch.int32}
 ES = {"float16": 2, "float32": 4}
 CONFIGS = [(128, 1), (128, 2), (256, 1)]
-SEGMENTS = [(128, 128), (256, 256), (128, 64), (256, 128)]  # (threads, positions per segment)
+SEGMENTS = [(128, 128)]  # (threads, positions per segment)
 KINDS = ("reg", "shift")
+# (tag, bytes per position per CTA, thread counts): whole sector, half sector, bulk store
+SLABS = [("", 32, (256, 512)), ("h", 16, (128, 256)), ("b", 32, (256, 512))]
 # (B, nh, H, W)
 SHAPES = [(16, 4, 40, 40), (64, 4, 40, 40), (16, 6, 40, 40), (64, 4, 20, 20), (16, 4, 80, 80),
           (16, 4, 37, 29), (64, 4, 37, 29), (64, 4, 20, 15), (16, 4, 40, 23), (64, 4, 40, 23),
@@ -82,14 +84,18 @@ def main(artifacts: str, cubin: str, out_path: str, kinds: str = "reg,shift") ->
         tvm = row["tvm"]
         rf, rb = best(row, "reg", "fwd"), best(row, "reg", "bwd")
         sf, sb = best(row, "shift", "fwd"), best(row, "shift", "bwd")
-        bf, bb = best(row, "slab", "fwd"), best(row, "slab", "bwd")
+        bf, bb = best(row, "slab_", "fwd"), best(row, "slab_", "bwd")
+        hf, hb = best(row, "slabh", "fwd"), best(row, "slabh", "bwd")
+        qf, qb = best(row, "slabb", "fwd"), best(row, "slabb", "bwd")
         gf, gb = best(row, "seg", "fwd"), best(row, "seg", "bwd")
         print(f"{row['dtype']:8} {row['shape']!s:14} {row['n']:5d} {row['mb']:6.1f} "
               f"{row['copy']:7.2f} {tvm['fwd']/row['copy']:5.2f}/{tvm['bwd']/row['copy']:5.2f} "
               f"{rf[0]:5.2f}({rf[1][4:]:>5})/{rb[0]:5.2f}({rb[1][4:]:>5}) "
               f"{sf[0]:5.2f}({sf[1][6:]:>5})/{sb[0]:5.2f}({sb[1][6:]:>5}) "
               f"{bf[0]:5.2f}({bf[1][5:]:>5})/{bb[0]:5.2f}({bb[1][5:]:>5}) "
-              f"{gf[0]:5.2f}({gf[1][4:]:>7})/{gb[0]:5.2f}({gb[1][4:]:>7})")
+              f"{gf[0]:5.2f}({gf[1][4:]:>7})/{gb[0]:5.2f}({gb[1][4:]:>7}) "
+              f"half {hf[0]:5.2f}({hf[1][6:]:>3})/{hb[0]:5.2f}({hb[1][6:]:>3}) "
+              f"bulk {qf[0]:5.2f}({qf[1][6:]:>3})/{qb[0]:5.2f}")
     bad = [(r['dtype'], r['shape'], k) for r in summary for k, v in r.items()
            if isinstance(v, dict) and v.get('exact') is False]
     print("inexact:", bad if bad else "none")
@@ -117,20 +123,22 @@ def one_shape(module, prof, tuned, stream, stream_ptr, dtype, batch, nh, h, w) -
            "mb": 2 * out.numel() * out.element_size() / 1e6, "copy": copy, "tvm": {
                "fwd": prof.median_us(lambda: tuned.launch_forward(lo, hi, out, stream_ptr, (h, w))),
                "bwd": prof.median_us(lambda: tuned.launch_backward(grad, dlo, dhi, stream_ptr))}}
-    for threads in (128, 256, 512):
-        slab = 32 * n  # G*N*ES bytes of shared memory, G*ES = 32
+    for tag, rows_bytes, thread_sets in SLABS:
+        slab = rows_bytes * n  # G*N*ES bytes of shared memory
         if slab > 227 * 1024:
-            break
-        grid = (KD * es // 32, batch * nh * 2, 1)
-        kernels = [module.get_function(f"{p}_slab_e{es}_{threads}") for p in ("fwd", "bwd")]
-        for k in kernels:
-            k.max_dynamic_shared_size_bytes = slab
-        fwd = launcher(kernels[0], grid, threads, (lo.data_ptr(), hi.data_ptr(), out.data_ptr()),
-                       n, stream, slab)
-        bwd = launcher(kernels[1], grid, threads,
-                       (grad.data_ptr(), dlo.data_ptr(), dhi.data_ptr()), n, stream, slab)
-        row[f"slab_{threads}"] = check_and_time(prof, fwd, bwd, out, dlo, dhi, want, want_lo,
-                                                want_hi, bits)
+            continue
+        for threads in thread_sets:
+            grid = (KD * es // rows_bytes, batch * nh * 2, 1)
+            kernels = [module.get_function(f"{p}_slab{tag}_e{es}_{threads}")
+                       for p in ("fwd", "bwd")]
+            for k in kernels:
+                k.max_dynamic_shared_size_bytes = slab
+            fwd = launcher(kernels[0], grid, threads,
+                           (lo.data_ptr(), hi.data_ptr(), out.data_ptr()), n, stream, slab)
+            bwd = launcher(kernels[1], grid, threads,
+                           (grad.data_ptr(), dlo.data_ptr(), dhi.data_ptr()), n, stream, slab)
+            row[f"slab{tag}_{threads}"] = check_and_time(prof, fwd, bwd, out, dlo, dhi, want,
+                                                         want_lo, want_hi, bits)
     for threads, seg in SEGMENTS:
         grid = ((n + seg - 1) // seg * (KD * es // 32), batch * nh * 2, 1)
         fwd = launcher(module.get_function(f"fwd_seg_e{es}_{threads}_{seg}"), grid, threads,
