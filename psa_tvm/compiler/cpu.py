@@ -112,7 +112,7 @@ def compile_cpu(config: OpConfig, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp.so")
     executable.export_library(str(tmp), addons=[str(POOL_SOURCE)],
-                              options=["-O2", "-pthread"])
+                              options=["-O2", "-pthread", "-ldl"])  # -ldl: dlopen in cpu_pool.cc
     tmp.replace(path)  # atomic: a concurrent reader sees the old file or the whole new one
 
 

@@ -2,8 +2,12 @@
 // `parallel` loops runs when it is loaded by tvm_ffi alone: the generated code calls through
 // the `__TVMBackendParallelLaunch` pointer, which only libtvm_runtime would otherwise fill in.
 // Workers spin briefly before sleeping, so back-to-back calls do not pay a futex wake-up.
+// Where torch is loaded the regions can run on torch's threads instead: an external launcher
+// (below: psa_tvm_set_parallel_launcher, psa_tvm_use_gomp) takes the pool's place.
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -90,13 +94,69 @@ class Pool {
 
 thread_local bool tls_serial = false;  // psa_tvm_pool_serial: this thread's launches run inline
 
-// A parallel-for from outside (psa_tvm_set_parallel_launcher), same signature as Launch: psa-tvm's
-// PyTorch extension sets torch's intra-op pool here, so that the kernels run on torch's threads.
+// A parallel-for from outside, same signature as Launch: psa-tvm's PyTorch extension sets
+// torch's intra-op pool here (psa_tvm_set_parallel_launcher), or, without the extension,
+// psa_tvm.runtime.cpu_pool sets GompLaunch below (psa_tvm_use_gomp), so that the kernels run on
+// torch's threads.
 // Why: after each torch CPU op its OpenMP workers spin for a while on every core, and this pool's
 // workers then wait for the scheduler to preempt them; on a 2-core host that made single calls
 // 5-13x slower than their usual time.
 typedef int (*LaunchFn)(Lambda f, void* cdata, int num_task);
 std::atomic<LaunchFn> g_external{nullptr};
+
+// GNU OpenMP's entry points (libgomp's ABI, stable since GCC 4.9), found in a library torch has
+// already loaded (psa_tvm_use_gomp): a region run through GOMP_parallel from a thread that runs
+// torch CPU ops lands on the same OpenMP workers torch's own ops use, so there is one set of
+// threads again -- what the extension's at::parallel_for gives, without compiling anything.
+struct Gomp {
+  void (*parallel)(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags) = nullptr;
+  int (*thread_num)() = nullptr;
+  int (*team_size)() = nullptr;    // omp_get_num_threads
+  int (*max_threads)() = nullptr;  // omp_get_max_threads: this thread's OpenMP default
+  int (*torch_threads)() = nullptr;  // at::get_num_threads, when the library is libtorch_cpu
+  void* handle = nullptr;          // kept open while installed
+};
+Gomp g_gomp;
+std::mutex g_gomp_mu;  // psa_tvm_use_gomp: one install or removal at a time
+
+struct GompRegion {
+  Lambda f;
+  void* cdata;
+  GroupEnv env;
+  std::atomic<int> rc;
+};
+
+void GompBody(void* data) {
+  auto* region = static_cast<GompRegion*>(data);
+  // The team may be smaller than asked (a nested region gets one thread): stride over the tasks.
+  const int step = g_gomp.team_size();
+  for (int task = g_gomp.thread_num(); task < region->env.num_task; task += step) {
+    const int rc = region->f(task, &region->env, region->cdata);
+    if (rc != 0) region->rc.store(rc);
+  }
+}
+
+// TVM's parallel-for contract on torch's OpenMP threads: n = num_task or torch's thread count
+// (torch.get_num_threads() on this thread: at::get_num_threads when the symbols came from
+// libtorch_cpu -- it also sets this thread's OpenMP default to torch's count, as torch's own
+// ops do -- else omp_get_max_threads), a team of at most that many threads, the first nonzero
+// task result returned.
+int GompLaunch(Lambda f, void* cdata, int num_task) {
+  int threads = g_gomp.torch_threads ? g_gomp.torch_threads() : g_gomp.max_threads();
+  if (threads < 1) threads = 1;
+  const int tasks = num_task > 0 ? num_task : threads;
+  GompRegion region{f, cdata, GroupEnv{nullptr, tasks}, {0}};
+  if (tasks == 1 || threads == 1) {  // no team to wake
+    for (int task = 0; task < tasks; ++task) {
+      const int rc = f(task, &region.env, cdata);
+      if (rc != 0) region.rc.store(rc);
+    }
+  } else {
+    g_gomp.parallel(&GompBody, &region, static_cast<unsigned>(tasks < threads ? tasks : threads),
+                    0);
+  }
+  return region.rc.load();
+}
 
 int Launch(Lambda f, void* cdata, int num_task) {
   if (tls_serial) {  // one task over the whole range, on the calling thread: no wake-up
@@ -143,4 +203,63 @@ extern "C" int psa_tvm_pool_serial(int on) {
 // with hidden visibility) for psa-tvm's PyTorch extension, which finds it with dlsym.
 extern "C" __attribute__((visibility("default"))) void* psa_tvm_set_parallel_launcher(void* fn) {
   return reinterpret_cast<void*>(g_external.exchange(reinterpret_cast<LaunchFn>(fn)));
+}
+
+// `psa_tvm_parallel_launcher_kind()`: which threads run the parallel regions now: 0 this
+// library's own pool, 1 GNU OpenMP's through psa_tvm_use_gomp, 2 another launcher (psa-tvm's
+// PyTorch extension). For psa_tvm.runtime.cpu_pool (tests, the benchmark's record).
+extern "C" __attribute__((visibility("default"))) int psa_tvm_parallel_launcher_kind() {
+  const LaunchFn current = g_external.load(std::memory_order_acquire);
+  return current == nullptr ? 0 : current == &GompLaunch ? 1 : 2;
+}
+
+// `psa_tvm_use_gomp(path)`: run the parallel regions on GNU OpenMP's threads, with the entry
+// points that `path` -- a library this process has loaded already (libtorch_cpu, or libgomp
+// itself; never loaded here: RTLD_NOLOAD) -- resolves: GOMP_parallel, omp_get_thread_num,
+// omp_get_num_threads, omp_get_max_threads, and torch's at::get_num_threads when `path` is
+// libtorch_cpu. Installed only where no launcher is (the PyTorch extension's at::parallel_for
+// stays, and replaces this one when it binds later) and only when GOMP_parallel comes from a
+// library named libgomp* (another OpenMP runtime's GNU shims are not what was tested).
+// Returns 0 installed (or already), 1 not found (not loaded, symbols missing, not libgomp),
+// 2 another launcher is in place (unchanged). `path` null: back to the own pool if this one is
+// installed (0), else 2.
+extern "C" __attribute__((visibility("default"))) int psa_tvm_use_gomp(const char* path) {
+  std::lock_guard<std::mutex> lock(g_gomp_mu);
+  LaunchFn current = g_external.load(std::memory_order_acquire);
+  if (path == nullptr) {
+    return current == &GompLaunch && g_external.compare_exchange_strong(current, nullptr) ? 0
+                                                                                          : 2;
+  }
+  if (current == &GompLaunch) return 0;
+  if (current != nullptr) return 2;
+  void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (handle == nullptr) return 1;
+  Gomp gomp;
+  gomp.handle = handle;
+  *reinterpret_cast<void**>(&gomp.parallel) = dlsym(handle, "GOMP_parallel");
+  *reinterpret_cast<void**>(&gomp.thread_num) = dlsym(handle, "omp_get_thread_num");
+  *reinterpret_cast<void**>(&gomp.team_size) = dlsym(handle, "omp_get_num_threads");
+  *reinterpret_cast<void**>(&gomp.max_threads) = dlsym(handle, "omp_get_max_threads");
+  *reinterpret_cast<void**>(&gomp.torch_threads) = dlsym(handle, "_ZN2at15get_num_threadsEv");
+  Dl_info info{};
+  const char* name = nullptr;
+  if (gomp.parallel != nullptr && dladdr(reinterpret_cast<void*>(gomp.parallel), &info) != 0 &&
+      info.dli_fname != nullptr) {
+    name = strrchr(info.dli_fname, '/');
+    name = name != nullptr ? name + 1 : info.dli_fname;
+  }
+  if (name == nullptr || strncmp(name, "libgomp", 7) != 0 || !gomp.thread_num ||
+      !gomp.team_size || !gomp.max_threads) {
+    dlclose(handle);
+    return 1;
+  }
+  if (g_gomp.parallel == nullptr) {
+    g_gomp = gomp;  // the first install's symbols stay for the process (a launch that read
+                    // g_external before a removal may still be using them)
+  } else {
+    dlclose(handle);
+    if (g_gomp.parallel != gomp.parallel) return 1;  // a second OpenMP runtime: not this one
+  }
+  return g_external.compare_exchange_strong(current, &GompLaunch, std::memory_order_acq_rel)
+             ? 0 : 2;
 }

@@ -563,7 +563,7 @@ def compile_library(source: str, out: Path, tools: Toolchain, objects: list[Path
     if cuda:
         cmd.append(f"-I{tools.cuda_include}")
     cmd += [str(cc), *map(str, objects), "-o", str(out),
-            f"-L{Path(tools.tvm_ffi_lib).parent}", "-ltvm_ffi", "-Wl,-Bsymbolic"]
+            f"-L{Path(tools.tvm_ffi_lib).parent}", "-ltvm_ffi", "-ldl", "-Wl,-Bsymbolic"]
     if cuda:
         cmd += [tools.cudart_static, "-Wl,--exclude-libs,ALL", "-lpthread", "-ldl", "-lrt"]
     result = subprocess.run(cmd, capture_output=True, text=True)

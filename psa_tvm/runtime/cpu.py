@@ -15,7 +15,7 @@ from typing import Any
 
 from psa_tvm.config import OpConfig
 from psa_tvm.errors import ArtifactNotFoundError
-from psa_tvm.runtime import env
+from psa_tvm.runtime import cpu_pool, env
 from psa_tvm.runtime.artifacts import build_lock
 from psa_tvm.runtime.manifest import CpuLibrarySpec, Manifest
 
@@ -194,6 +194,8 @@ def cpu_kernels(config: OpConfig, root: Path | None = None) -> CpuKernels:
             # library built before the pool had the function runs as it is.
             with contextlib.suppress(AttributeError, KeyError, RuntimeError, ValueError):
                 module["psa_tvm_own_pool"]()
+            # ... or torch's OpenMP threads, where torch is loaded (runtime/cpu_pool.py).
+            cpu_pool.share_torch_threads(library.path)
             forward_vec = (module[forward_vec_symbol(library.forward_vec)]
                            if library.forward_vec > 1 else None)
             pairs_fwd = (module[pairs_symbol("forward", library.pairs_forward_vec)]

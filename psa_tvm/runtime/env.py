@@ -12,7 +12,11 @@ Nothing else in the package reads ``os.environ``: a reader of this module sees e
 | ``PSA_TVM_TORCH_EXT`` | the C++ PyTorch extension of ``merge_attn``: ``auto`` (default: built |
 | | on first CUDA use when a compiler is here), ``1`` (required), ``0`` (never) |
 | ``PSA_TVM_CPU_THREADS`` | CPU pool threads (read by ``compiler/cpu_pool.cc``, then |
-| | ``TVM_NUM_THREADS``, ``OMP_NUM_THREADS``; default: all cores) |
+| | ``TVM_NUM_THREADS``, ``OMP_NUM_THREADS``; default: all cores); on torch's threads |
+| | ``torch.set_num_threads`` decides instead |
+| ``PSA_TVM_TORCH_OPENMP`` | ``1`` (default): without the PyTorch extension, CPU kernels run their |
+| | parallel regions on torch's GNU OpenMP threads when torch is loaded (``runtime/cpu_pool.py``); |
+| | ``0``: on the libraries' own pool (the extension, when bound, uses torch's pool anyway) |
 | ``PSA_TVM_CPU_MCPU`` | LLVM ``-mcpu`` of CPU builds (default: x86-64-v3 on x86-64) |
 | ``CXX`` | the C++ compiler that builds the native library (else ``g++``, then ``c++``) |
 | ``CUDA_HOME``, ``CUDA_PATH`` | CUDA roots: nvcc, headers for NVRTC and the native library |
@@ -84,6 +88,13 @@ def torch_ext_mode() -> str:
     """``$PSA_TVM_TORCH_EXT``: ``auto`` (default), ``1`` or ``0`` (see the table above)."""
     value = os.environ.get("PSA_TVM_TORCH_EXT", "auto").strip().lower()
     return {"": "auto", "true": "1", "on": "1", "false": "0", "off": "0"}.get(value, value)
+
+
+def torch_openmp_enabled() -> bool:
+    """``$PSA_TVM_TORCH_OPENMP`` (default on): whether CPU kernels may run on torch's GNU OpenMP
+    threads without the PyTorch extension (``runtime/cpu_pool.py``)."""
+    return os.environ.get("PSA_TVM_TORCH_OPENMP", "1").strip().lower() not in (
+        "0", "false", "no", "off")
 
 
 def torch_ext_cache_dir() -> Path:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from psa_tvm.errors import ArtifactNotFoundError
+from psa_tvm.runtime import cpu_pool
 from psa_tvm.runtime.env import native_enabled
 
 LIBRARY_PREFIX = "psa_tvm_native-"
@@ -114,6 +115,9 @@ def _open(path: Path) -> NativeLibrary:
         tvm_ffi.register_error(MISSING_KIND, NativeArtifactNotFound)
         _REGISTERED = True
     module = tvm_ffi.load_module(str(path))
+    # Its CPU kernels' parallel regions on torch's OpenMP threads where torch is loaded
+    # (runtime/cpu_pool.py; the PyTorch extension replaces this with at::parallel_for).
+    cpu_pool.share_torch_threads(path)
     names = ("merge", "merge_forward", "merge_forward_alloc", "merge_backward",
              "merge_backward_grads", "merge_backward_alloc", "plan_forward", "plan_backward")
     try:
