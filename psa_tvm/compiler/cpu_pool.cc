@@ -114,7 +114,7 @@ struct Gomp {
   int (*team_size)() = nullptr;    // omp_get_num_threads
   int (*max_threads)() = nullptr;  // omp_get_max_threads: this thread's OpenMP default
   int (*torch_threads)() = nullptr;  // at::get_num_threads, when the library is libtorch_cpu
-  void* handle = nullptr;          // kept open while installed
+  void* handle = nullptr;          // kept open: the symbols stay in use for the process
 };
 Gomp g_gomp;
 std::mutex g_gomp_mu;  // psa_tvm_use_gomp: one install or removal at a time
@@ -139,8 +139,8 @@ void GompBody(void* data) {
 // TVM's parallel-for contract on torch's OpenMP threads: n = num_task or torch's thread count
 // (torch.get_num_threads() on this thread: at::get_num_threads when the symbols came from
 // libtorch_cpu -- it also sets this thread's OpenMP default to torch's count, as torch's own
-// ops do -- else omp_get_max_threads), a team of at most that many threads, the first nonzero
-// task result returned.
+// ops do -- else omp_get_max_threads), on a team of that many threads, a failing task's
+// nonzero result returned (as the own pool and the extension's launcher do).
 int GompLaunch(Lambda f, void* cdata, int num_task) {
   int threads = g_gomp.torch_threads ? g_gomp.torch_threads() : g_gomp.max_threads();
   if (threads < 1) threads = 1;
@@ -152,8 +152,11 @@ int GompLaunch(Lambda f, void* cdata, int num_task) {
       if (rc != 0) region.rc.store(rc);
     }
   } else {
-    g_gomp.parallel(&GompBody, &region, static_cast<unsigned>(tasks < threads ? tasks : threads),
-                    0);
+    // num_threads 0: the team this thread's OpenMP default gives, i.e. `threads` (torch sets the
+    // default to its count) and the same team torch's ops reuse; threads past the last task
+    // return at once. No num_threads clause, like at::parallel_for: libgomp re-sizes its pool
+    // when the requested size changes between regions (pytorch#32008).
+    g_gomp.parallel(&GompBody, &region, 0, 0);
   }
   return region.rc.load();
 }
