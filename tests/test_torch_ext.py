@@ -155,6 +155,17 @@ def test_cpu_parallel_regions_run_on_torchs_pool(ext, threads):
         torch.set_num_threads(previous)
 
 
+def test_its_launcher_wins_over_torchs_openmp_one(ext, small_artifacts):
+    """Loading the library installed the GNU OpenMP launcher (runtime/cpu_pool.py, torch is
+    here); binding the extension replaced it with at::parallel_for, and loading again does not
+    put it back."""
+    from psa_tvm.runtime import cpu_pool
+
+    path = native_rt.load(small_artifacts).path
+    assert cpu_pool.launcher_kind(path) == "external"
+    assert cpu_pool.share_torch_threads(path) == "external"
+
+
 def test_public_functions_use_it_and_fall_back(ext, monkeypatch):
     """psa_tvm.merge / merge_backward / psa_tvm.torch.merge_attn call the extension; a
     configuration the library lacks falls back to the Python path (which says what to build)."""
