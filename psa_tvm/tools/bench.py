@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from psa_tvm import reference
-from psa_tvm.config import DTYPE_ITEMSIZE
+from psa_tvm.config import DTYPE_ITEMSIZE, OpConfig
 from psa_tvm.presets import YOLO11
 from psa_tvm.runtime import env
 from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
@@ -374,6 +374,22 @@ def time_cpu_shape(shape: Shape, dtype_name: str, reps: int) -> list[dict]:
     return records
 
 
+def cpu_launcher(dtypes: list[str]) -> str:
+    """What ran the CPU kernels' parallel regions (runtime/cpu_pool.py): the native library's
+    launcher where it ran them, else the CPU libraries' (``own``, ``torch_openmp``,
+    ``external`` = the PyTorch extension's at::parallel_for)."""
+    from psa_tvm.runtime import cpu_pool
+    from psa_tvm.runtime import native as native_rt
+    from psa_tvm.runtime.cpu import cpu_kernels
+
+    native = native_rt.load(env.default_artifacts_dir())
+    if native:
+        return cpu_pool.launcher_kind(native.path)
+    kinds = {cpu_pool.launcher_kind(cpu_kernels(OpConfig(32, 4, d)).library.path)
+             for d in dtypes}  # the configurations of cpu_shapes(), loaded by now
+    return "/".join(sorted(kinds))
+
+
 def cpu_markdown(records: list[dict]) -> str:
     lines = ["| dtype | pass | shape | MB moved | copy_ us | eager us [x copy] | "
              "psa-tvm us [x copy] |", "|---|---|---|---|---|---|---|"]
@@ -447,7 +463,8 @@ def _write(out: Path, meta: dict, records: list[dict], cpu_records: list[dict],
         except ImportError as err:  # matplotlib is optional: tables and JSON still written
             print(f"no plot: {err}", file=sys.stderr)
     if cpu_records:
-        parts += [f"CPU ({meta.get('cpu', '?')}, {meta.get('cpu_threads')} threads), best of 3 "
+        parts += [f"CPU ({meta.get('cpu', '?')}, {meta.get('cpu_threads')} threads, parallel "
+                  f"regions on: {meta.get('cpu_launcher', '?')}), best of 3 "
                   "interleaved rounds of the median wall time, [time / copy_ time]; psa-tvm "
                   "writes into preallocated outputs, eager allocates:",
                   cpu_markdown(cpu_records)]
@@ -500,6 +517,7 @@ def run_command(args: argparse.Namespace) -> int:
             torch.set_num_threads(args.cpu_threads)
         meta["cpu_threads"] = torch.get_num_threads()
         cpu_records = run_cpu(args)
+        meta["cpu_launcher"] = cpu_launcher(args.dtypes)
     out.mkdir(parents=True, exist_ok=True)
     print(_write(out, meta, records, cpu_records, args.schedules))
     return 0
