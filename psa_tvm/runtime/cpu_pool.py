@@ -18,7 +18,8 @@ host (docs/perf.md, v10 and v11).
 
 Precedence: the extension's launcher wins. The GNU OpenMP one is installed only where no
 launcher is, and the extension replaces it when it binds. Torch must be imported before the
-library loads (a torch caller's first call loads it); where it is not, or torch runs on another
+library loads (a torch caller's first call loads it; ``tvm_ffi`` itself imports torch where it
+is installed, so in practice: torch is installed); where it is not, or torch runs on another
 OpenMP runtime (``libgomp`` is not the library that provides its ``GOMP_parallel``), or
 ``PSA_TVM_TORCH_OPENMP=0``, the own pool runs. Linux only (``/proc/self/maps``).
 """
@@ -67,7 +68,7 @@ def _exports(library: str | os.PathLike) -> Iterator[ctypes.CDLL | None]:
     the extra reference is dropped afterwards."""
     try:
         handle = ctypes.CDLL(str(library), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
-    except OSError:
+    except (OSError, AttributeError):  # AttributeError: no dlopen flags (not a POSIX host)
         yield None
         return
     try:
