@@ -290,3 +290,31 @@ def test_native_library_cpu_kernels_exact_on_torchs_openmp(small_artifacts, on_g
             torch.set_num_threads(previous)
     finally:
         native_rt.forget()
+
+
+def test_concurrent_calls_from_several_threads_are_exact(monkeypatch):
+    """The own pool runs one region at a time; on GNU OpenMP each calling thread gets its own
+    team: calls from several Python threads at once stay exact."""
+    monkeypatch.setenv("PSA_TVM_NATIVE", "0")
+    library = _library("float32")
+    assert cpu_pool.launcher_kind(library) == "torch_openmp"
+    failures: list[str] = []
+
+    def work(seed: int) -> None:
+        half = (4 * NH, 40 * 40, KD)
+        lo, hi = inputs(half, torch.float32, "cpu", seed), inputs(half, torch.float32, "cpu",
+                                                                  seed + 1)
+        want = reference.merge(lo, hi, NH, 40, 40)
+        for _ in range(20):
+            out = poisoned((4, 2 * NH * KD, 40, 40), torch.float32, "cpu")
+            psa_tvm.merge(lo, hi, NH, 40, 40, out=out.tensor)
+            if not (bitwise_equal(out.tensor, want) and out.canaries_intact()):
+                failures.append(f"thread {seed}")
+                return
+
+    threads = [threading.Thread(target=work, args=(10 * i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
