@@ -318,3 +318,38 @@ def test_concurrent_calls_from_several_threads_are_exact(monkeypatch):
     for t in threads:
         t.join()
     assert not failures
+
+
+_LIBGOMP_SCRIPT = """
+import torch
+import psa_tvm
+from psa_tvm import reference
+from psa_tvm.config import OpConfig
+from psa_tvm.runtime import cpu_pool
+from psa_tvm.runtime.cpu import cpu_kernels
+torch.set_num_threads(2)
+path = str(cpu_kernels(OpConfig(32, 4, "float32")).library.path)
+assert cpu_pool.launcher_kind(path) == "own"  # PSA_TVM_TORCH_OPENMP=0 in this process
+gomp = next(line.split()[-1] for line in open("/proc/self/maps") if "libgomp" in line)
+assert cpu_pool.use_gomp(path, gomp) == cpu_pool.INSTALLED
+lo = torch.randn(16, 1600, 32)
+hi = torch.randn(16, 1600, 32)
+out = torch.full((4, 256, 40, 40), float("nan"))
+psa_tvm.merge(lo, hi, 4, 40, 40, out=out)
+assert torch.equal(out, reference.merge(lo, hi, 4, 40, 40))
+print(cpu_pool.launcher_kind(path))
+"""
+
+
+def test_libgomp_itself_as_the_source():
+    """psa_tvm_use_gomp also takes libgomp's own path (no at::get_num_threads then: the calling
+    thread's OpenMP default, which torch.set_num_threads set); a fresh process, so that these
+    are the first symbols it installs."""
+    if _loaded("libgomp") is None:
+        pytest.skip("no libgomp loaded")
+    _library("float32")  # built here first
+    child_env = {**os.environ, "PSA_TVM_NATIVE": "0", "PSA_TVM_TORCH_OPENMP": "0"}
+    proc = subprocess.run([sys.executable, "-c", _LIBGOMP_SCRIPT], capture_output=True,
+                          text=True, timeout=300, env=child_env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "torch_openmp"
