@@ -123,43 +123,41 @@ def one_shape(module, prof, tuned, stream, stream_ptr, dtype, batch, nh, h, w) -
            "mb": 2 * out.numel() * out.element_size() / 1e6, "copy": copy, "tvm": {
                "fwd": prof.median_us(lambda: tuned.launch_forward(lo, hi, out, stream_ptr, (h, w))),
                "bwd": prof.median_us(lambda: tuned.launch_backward(grad, dlo, dhi, stream_ptr))}}
+
+    def timed_pair(fwd_name: str, bwd_name: str, grid: tuple, threads: int,
+                   smem: int = 0) -> dict:
+        """One forward and one backward kernel of the cubin: launched, checked, timed."""
+        kernels = [module.get_function(fwd_name), module.get_function(bwd_name)]
+        if smem:
+            for k in kernels:
+                k.max_dynamic_shared_size_bytes = smem
+        fwd = launcher(kernels[0], grid, threads, (lo.data_ptr(), hi.data_ptr(), out.data_ptr()),
+                       n, stream, smem)
+        bwd = launcher(kernels[1], grid, threads,
+                       (grad.data_ptr(), dlo.data_ptr(), dhi.data_ptr()), n, stream, smem)
+        return check_and_time(prof, fwd, bwd, out, dlo, dhi, want, want_lo, want_hi, bits)
+
     for tag, rows_bytes, thread_sets in SLABS:
         slab = rows_bytes * n  # G*N*ES bytes of shared memory
         if slab > 227 * 1024:
             continue
         for threads in thread_sets:
-            grid = (KD * es // rows_bytes, batch * nh * 2, 1)
-            kernels = [module.get_function(f"{p}_slab{tag}_e{es}_{threads}")
-                       for p in ("fwd", "bwd")]
-            for k in kernels:
-                k.max_dynamic_shared_size_bytes = slab
-            fwd = launcher(kernels[0], grid, threads,
-                           (lo.data_ptr(), hi.data_ptr(), out.data_ptr()), n, stream, slab)
-            bwd = launcher(kernels[1], grid, threads,
-                           (grad.data_ptr(), dlo.data_ptr(), dhi.data_ptr()), n, stream, slab)
-            row[f"slab{tag}_{threads}"] = check_and_time(prof, fwd, bwd, out, dlo, dhi, want,
-                                                         want_lo, want_hi, bits)
+            row[f"slab{tag}_{threads}"] = timed_pair(
+                f"fwd_slab{tag}_e{es}_{threads}", f"bwd_slab{tag}_e{es}_{threads}",
+                (KD * es // rows_bytes, batch * nh * 2, 1), threads, slab)
     for threads, seg in SEGMENTS:
-        grid = ((n + seg - 1) // seg * (KD * es // 32), batch * nh * 2, 1)
-        fwd = launcher(module.get_function(f"fwd_seg_e{es}_{threads}_{seg}"), grid, threads,
-                       (lo.data_ptr(), hi.data_ptr(), out.data_ptr()), n, stream)
-        bwd = launcher(module.get_function(f"bwd_seg_e{es}_{threads}_{seg}"), grid, threads,
-                       (grad.data_ptr(), dlo.data_ptr(), dhi.data_ptr()), n, stream)
-        row[f"seg_{threads}_{seg}"] = check_and_time(prof, fwd, bwd, out, dlo, dhi, want,
-                                                     want_lo, want_hi, bits)
+        row[f"seg_{threads}_{seg}"] = timed_pair(
+            f"fwd_seg_e{es}_{threads}_{seg}", f"bwd_seg_e{es}_{threads}_{seg}",
+            ((n + seg - 1) // seg * (KD * es // 32), batch * nh * 2, 1), threads)
     for kind in KINDS:
         if kind == "reg" and n % ve:
             continue
         for threads, it in CONFIGS:
             tile = threads // (KD // ve) * ve * it
-            grid = ((n + tile - 1) // tile, batch * nh * 2, 1)
             name = f"e{es}_{threads}_{it}"
-            fwd = launcher(module.get_function(f"fwd_{kind}_{name}"), grid, threads,
-                           (lo.data_ptr(), hi.data_ptr(), out.data_ptr()), n, stream)
-            bwd = launcher(module.get_function(f"bwd_{kind}_{name}"), grid, threads,
-                           (grad.data_ptr(), dlo.data_ptr(), dhi.data_ptr()), n, stream)
-            row[f"{kind}_{threads}_{it}"] = check_and_time(prof, fwd, bwd, out, dlo, dhi, want,
-                                                           want_lo, want_hi, bits)
+            row[f"{kind}_{threads}_{it}"] = timed_pair(
+                f"fwd_{kind}_{name}", f"bwd_{kind}_{name}",
+                ((n + tile - 1) // tile, batch * nh * 2, 1), threads)
     print(dtype, batch, nh, h, w, f"copy {copy:.2f}",
           {k: (round(v['fwd'] / copy, 3), round(v['bwd'] / copy, 3), v.get('exact_fwd', True),
                v.get('exact_bwd', True)) for k, v in row.items() if isinstance(v, dict)},

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from psa_tvm.attention import psa_attention, reference_attention
+from psa_tvm.config import DTYPE_ITEMSIZE
 from psa_tvm.runtime import env
 from psa_tvm.tools.timing import GpuTimer, KernelProfiler
 
@@ -43,8 +44,7 @@ STOCK_MAX_SCORES = 24e9  # elements of B*nh*N*N beyond which stock is skipped (m
 def layout_bytes(dim: int, batch: int, size: int, dtype: str) -> float:
     """Bytes the largest layout kernel of a shape moves (read + write): the pack of ``qkv``,
     ``[B, 2*dim, H, W]`` each way. (Records carry their own ``mbytes``.)"""
-    itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
-    return 2 * batch * 2 * dim * size * size * itemsize
+    return 2 * batch * 2 * dim * size * size * DTYPE_ITEMSIZE[dtype]
 
 
 def _eager_sdpa(qkv: torch.Tensor, nh: int, kd: int, height: int, width: int) -> torch.Tensor:
@@ -219,10 +219,10 @@ def bench_block(c1: int, batch: int, size: int, dtype: torch.dtype,
 def bench_layout(dim: int, batch: int, size: int, dtype: torch.dtype,
                  profiler: KernelProfiler | None = None) -> list[dict]:
     """Each layout kernel against a device copy of the same bytes (read + written), both timed
-    two ways: the issue's way, profiler kernel time after an L2
-    flush (``KernelProfiler``, medians, as the tails benchmark), and back to back with a warm
-    L2 (``kernel_times``), where up to 60 MB of the source stays in L2 between calls, which
-    favours the flat copy at these sizes."""
+    two ways: the issue's way, profiler kernel time after an L2 flush (``KernelProfiler``,
+    medians, as the tails benchmark), and back to back with a warm L2 (``kernel_times``), where
+    up to 60 MB of the source stays in L2 between calls, which favours the flat copy at these
+    sizes. ``profiler``: one shared by the cases of a run (it holds a 256 MB flush buffer)."""
     from psa_tvm.layouts import GATHER_OUTPUT, SCATTER_OUTPUT, STREAM_OPS
     from psa_tvm.runtime.stream_op import PsaStreamRuntimeOp
 
@@ -444,12 +444,14 @@ def run(args: argparse.Namespace) -> int:
               for group, dtype, mode in order
               if args.attention_shapes in (group, "all") and dtype in dtypes and mode in args.modes
               for dim, b, size in groups[group]]
+    profiler: KernelProfiler | None = None  # made at the first layout case, then shared
     for case in cases:
         if time.perf_counter() - start > args.budget_s:
             records.append({"part": "note", "skipped": f"budget reached before {case}"})
             break
         if case[0] == "layout":
-            records.extend(bench_layout(*case[1:]))
+            profiler = profiler or KernelProfiler(GpuTimer(reps=5), reps=15)
+            records.extend(bench_layout(*case[1:], profiler=profiler))
         elif case[0] == "block":
             records.extend(bench_block(*case[1:]))
         else:
