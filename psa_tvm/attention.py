@@ -18,6 +18,14 @@ Why ``[B, N, nh, d]``: measured on the H200 (docs/attention.md), flash and cuDNN
 views with no copy, return outputs and gradients in that memory layout, and the
 ``[B, nh, N, d]`` layout costs four extra copy kernels in the flash backward.
 
+``channels_last`` input: a ``qkv`` in channels_last memory (a model run with
+``.to(memory_format=torch.channels_last)``, or a 1x1 conv computed as a GEMM) *is* the packed
+``[B, N, nh, 4*kd]`` tensor, so no pack runs: q, k and V are views of ``qkv`` itself. The result
+is channels_last too (torch's convention: ops keep their input's memory format), and it is the
+attention's own output memory: cuDNN's ``[B, N, nh, 2*kd]`` as a view, no kernel; flash's two
+halves joined along ``d`` (one ``torch.cat``). The backward takes a gradient in either format
+and returns ``d_qkv`` channels_last (sums and joins, no transposes).
+
 The small ops (``psa_tvm::split_heads``, ``merge_heads``, ``merge_heads2``, ``split_heads2``,
 ``qkv_grad``) are ``torch.library`` ops with fake implementations; on CPU they are plain torch
 permutes (bitwise the same result). ``torch.compile(fullgraph=True)`` traces all of it, dynamic
@@ -121,6 +129,25 @@ def _stream(t: torch.Tensor) -> int:
 
 def _contig(t: torch.Tensor) -> torch.Tensor:
     return t if t.is_contiguous() else t.contiguous()
+
+
+def _channels_last(x: torch.Tensor) -> bool:
+    """``x`` ``[B, C, H, W]`` in channels_last memory, i.e. its memory is ``[B, N, C]``. A tensor
+    that is plain contiguous too (``H*W == 1``...) takes the NCHW path: the same memory."""
+    return not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
+
+
+def _nhwc_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """A channels_last ``[B, C, H, W]`` as its memory, ``[B, N, nh, C/nh]`` (a view)."""
+    b, c, height, width = x.shape
+    return x.permute(0, 2, 3, 1).reshape(b, height * width, num_heads, c // num_heads)
+
+
+def _channels_last_of(p: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """``[B, N, nh, d]`` -> ``[B, nh*d, H, W]`` in channels_last memory, a view of ``p``'s own
+    memory (copied first only if ``p`` is not contiguous)."""
+    b, _, nh, d = p.shape
+    return _contig(p).view(b, height, width, nh * d).permute(0, 3, 1, 2)
 
 
 # ----------------------------------------------------------------- split_heads / merge_heads
@@ -386,15 +413,32 @@ def _nhd(t: torch.Tensor) -> torch.Tensor:
     return _contig(t.transpose(1, 2))
 
 
+def _pack(qkv: torch.Tensor, num_heads: int, key_dim: int) -> torch.Tensor:
+    """``qkv`` as the packed ``[B, N, nh, 4*kd]`` tensor: a view of a channels_last ``qkv``,
+    else the pack kernel's output."""
+    if _channels_last(qkv):
+        return _nhwc_heads(qkv, num_heads)
+    return _op("split_heads", qkv)(_contig(qkv), num_heads, key_dim)
+
+
+def _join_halves(lo: torch.Tensor, hi: torch.Tensor, like: torch.Tensor, height: int,
+                 width: int) -> torch.Tensor:
+    """The two ``[B, N, nh, kd]`` flash outputs as the ``[B, 2*nh*kd, H, W]`` result, in the
+    memory format of ``like`` (the ``qkv`` input)."""
+    if _channels_last(like):
+        return _channels_last_of(torch.cat([lo, hi], 3), height, width)
+    return _op("merge_heads2", like)(lo, hi, height, width)
+
+
 def _flash_forward(qkv, num_heads, key_dim, height, width):
     """pack -> two flash calls -> merge; returns the output and what the backward needs."""
     scale = key_dim ** -0.5
-    p = _op("split_heads", qkv)(_contig(qkv), num_heads, key_dim)
+    p = _pack(qkv, num_heads, key_dim)
     q, k, v_lo, v_hi = _views(p, key_dim, _FLASH_VIEWS)
     flash = _ATEN.flash
     lo = flash(q, k, v_lo, 0.0, False, False, scale=scale)
     hi = flash(q, k, v_hi, 0.0, False, False, scale=scale)
-    return _op("merge_heads2", qkv)(_nhd(lo[0]), _nhd(hi[0]), height, width), p, lo, hi
+    return _join_halves(_nhd(lo[0]), _nhd(hi[0]), qkv, height, width), p, lo, hi
 
 
 def _flash_inference(qkv, num_heads, key_dim, height, width):
@@ -404,7 +448,7 @@ def _flash_inference(qkv, num_heads, key_dim, height, width):
     instead of two saves one call's host time; the GPU runs both halves in one launch."""
     if qkv.shape[0] != 1:
         return _flash_forward(qkv, num_heads, key_dim, height, width)[0]
-    p = _op("split_heads", qkv)(_contig(qkv), num_heads, key_dim)
+    p = _pack(qkv, num_heads, key_dim)
     q, k = _views(p, key_dim, ("q", "k"))
     _, n, heads, _ = p.shape
     _, s_n, s_h, _ = p.stride()
@@ -413,15 +457,17 @@ def _flash_inference(qkv, num_heads, key_dim, height, width):
     o = _ATEN.flash(q.expand(2, -1, -1, -1), k.expand(2, -1, -1, -1), v_pair, 0.0, False,
                     False, scale=key_dim ** -0.5)[0]
     o = _nhd(o)  # [2, N, nh, kd]: o[0] the V_lo half, o[1] the V_hi half
-    return _op("merge_heads2", qkv)(o[:1], o[1:], height, width)
+    return _join_halves(o[:1], o[1:], qkv, height, width)
 
 
 def _cudnn_forward(qkv, num_heads, key_dim, height, width, log_sumexp=True):
     """pack -> one cuDNN call on the full V -> back to NCHW (``log_sumexp`` for a backward)."""
     scale = key_dim ** -0.5
-    p = _op("split_heads", qkv)(_contig(qkv), num_heads, key_dim)
+    p = _pack(qkv, num_heads, key_dim)
     q, k, v = _views(p, key_dim, _CUDNN_VIEWS)
     res = _ATEN.cudnn(q, k, v, None, log_sumexp, 0.0, False, False, scale=scale)
+    if _channels_last(qkv):  # cuDNN's output memory is the channels_last result
+        return _channels_last_of(_nhd(res[0]), height, width), p, res
     return _op("merge_heads", qkv)(_nhd(res[0]), key_dim, height, width), p, res
 
 
@@ -432,16 +478,21 @@ class _FlashAttention(torch.autograd.Function):
         out, p, lo, hi = _flash_forward(qkv, num_heads, key_dim, height, width)
         ctx.save_for_backward(p, lo[0], lo[1], lo[2], lo[3], lo[6], lo[7],
                               hi[0], hi[1], hi[2], hi[3], hi[6], hi[7])
-        ctx.meta = (num_heads, key_dim, height, width, scale, lo[4], lo[5])
+        ctx.meta = (num_heads, key_dim, height, width, scale, lo[4], lo[5],
+                    _channels_last(qkv))
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        num_heads, key_dim, height, width, scale, max_q, max_k = ctx.meta
+        num_heads, key_dim, height, width, scale, max_q, max_k, channels_last = ctx.meta
         p, *saved = ctx.saved_tensors
         q, k, v_lo, v_hi = _views(p, key_dim, _FLASH_VIEWS)
         # d_lo, d_hi each contiguous: flash's backward copies a grad_out that is a chunk view
-        d_lo, d_hi = _op("split_heads2", grad)(_contig(grad), num_heads, key_dim)
+        if _channels_last(grad):
+            g = _nhwc_heads(grad, num_heads)
+            d_lo, d_hi = g[..., :key_dim].contiguous(), g[..., key_dim:].contiguous()
+        else:
+            d_lo, d_hi = _op("split_heads2", grad)(_contig(grad), num_heads, key_dim)
         do_lo, do_hi = d_lo.transpose(1, 2), d_hi.transpose(1, 2)
         bwd = _ATEN.flash_backward
         grads = []
@@ -450,6 +501,10 @@ class _FlashAttention(torch.autograd.Function):
             grads.append(bwd(d_o, q, k, v, o, lse, cq, ck, max_q, max_k, 0.0, False, seed,
                              offset, scale=scale))
         (dq1, dk1, dv_lo), (dq2, dk2, dv_hi) = grads
+        if channels_last:  # d_qkv in the input's format: sums and one join, no transpose
+            packed = torch.cat([_nhd(dq1) + _nhd(dq2), _nhd(dk1) + _nhd(dk2), _nhd(dv_lo),
+                                _nhd(dv_hi)], 3)
+            return _channels_last_of(packed, height, width), None, None, None, None
         d_qkv = _op("qkv_grad", grad)(
             [_nhd(dq1), _nhd(dq2), _nhd(dk1), _nhd(dk2), _nhd(dv_lo), _nhd(dv_hi)], "flash",
             height, width)
@@ -462,26 +517,34 @@ class _CudnnAttention(torch.autograd.Function):
         scale = key_dim ** -0.5
         out, p, res = _cudnn_forward(qkv, num_heads, key_dim, height, width)
         ctx.save_for_backward(p, res[0], res[1], res[2], res[3], res[6], res[7])
-        ctx.meta = (num_heads, key_dim, height, width, scale, res[4], res[5])
+        ctx.meta = (num_heads, key_dim, height, width, scale, res[4], res[5],
+                    _channels_last(qkv))
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        num_heads, key_dim, height, width, scale, max_q, max_k = ctx.meta
+        num_heads, key_dim, height, width, scale, max_q, max_k, channels_last = ctx.meta
         p, o, lse, cq, ck, seed, offset = ctx.saved_tensors
         q, k, v = _views(p, key_dim, _CUDNN_VIEWS)
-        d_out = _op("split_heads", grad)(_contig(grad), num_heads, key_dim)
+        d_out = _pack(grad, num_heads, key_dim)  # a channels_last gradient is used as it is
         dq, dk, dv = _ATEN.cudnn_backward(
             d_out.transpose(1, 2), q, k, v, o, lse, seed, offset, None, cq, ck, max_q, max_k,
             0.0, False, scale=scale)
+        if channels_last:
+            packed = torch.cat([_nhd(dq), _nhd(dk), _nhd(dv)], 3)
+            return _channels_last_of(packed, height, width), None, None, None, None
         d_qkv = _op("qkv_grad", grad)([_nhd(dq), _nhd(dk), _nhd(dv)], "cudnn", height, width)
         return d_qkv, None, None, None, None
 
 
 def _sdpa_attention(qkv, num_heads, key_dim, height, width):
-    p = split_heads(_contig(qkv), num_heads, key_dim)
+    channels_last = _channels_last(qkv)
+    p = (_nhwc_heads(qkv, num_heads) if channels_last
+         else split_heads(_contig(qkv), num_heads, key_dim))
     q, k, v = _views(p, key_dim, _CUDNN_VIEWS)
     o = F.scaled_dot_product_attention(q, k, v, scale=key_dim ** -0.5)
+    if channels_last:
+        return _channels_last_of(_nhd(o), height, width)
     return merge_heads(_nhd(o), key_dim, height, width)
 
 
@@ -565,7 +628,8 @@ def psa_attention(qkv: torch.Tensor, num_heads: int, key_dim: int, H: int, W: in
     Per head ``h`` the channels of ``qkv`` are ``q = [h*4kd, h*4kd+kd)``, ``k`` the next
     ``kd``, ``v`` the next ``2*kd``; the result is ``(v @ softmax(q^T k * kd**-0.5)^T)`` viewed
     as NCHW. ``backend``: ``auto`` | ``flash`` | ``cudnn`` | ``sdpa`` (see the module doc).
-    Differentiable in ``qkv``.
+    Differentiable in ``qkv``. A channels_last ``qkv`` needs no pack and gives a channels_last
+    result; any other layout is packed from its contiguous copy.
     """
     if not isinstance(qkv, torch.Tensor) or qkv.dim() != 4:
         raise ValueError(f"qkv: expected a [B, C, H, W] tensor, got "
@@ -585,7 +649,7 @@ def psa_attention(qkv: torch.Tensor, num_heads: int, key_dim: int, H: int, W: in
     if not (torch.is_grad_enabled() and qkv.requires_grad) and not torch.compiler.is_compiling():
         # Nothing to differentiate (inference): the forward alone, without the Function's
         # bookkeeping (~6 us of host time at batch 1, where YOLO inference is host-bound).
-        if qkv.is_cuda and type(qkv) is torch.Tensor:
+        if qkv.is_cuda and type(qkv) is torch.Tensor and not _channels_last(qkv):
             out = _extension_inference(chosen, qkv, num_heads, key_dim, H, W)
             if out is not None:
                 return out

@@ -242,6 +242,33 @@ def test_psa_attention_matches_reference(shape):
     torch.testing.assert_close(got, want)
 
 
+def _channels_last(x: torch.Tensor) -> torch.Tensor:
+    return x.contiguous(memory_format=torch.channels_last)
+
+
+def _is_channels_last(x: torch.Tensor) -> bool:
+    return not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("grad_format", ["channels_last", "contiguous"])
+def test_psa_attention_channels_last(grad_format):
+    """A channels_last qkv gives a channels_last result and gradient, equal to the NCHW path's
+    (the sdpa backend on the CPU), whatever the gradient's own format."""
+    b, nh, kd, height, width = 2, 3, 8, 5, 7
+    base = inputs((b, 4 * nh * kd, height, width), torch.float64, "cpu")
+    qkv = _channels_last(base).requires_grad_(True)
+    out = A.psa_attention(qkv, nh, kd, height, width)
+    assert _is_channels_last(out)
+    ref_in = base.clone().requires_grad_(True)
+    ref = reference_attention(ref_in, nh, kd, height, width)
+    torch.testing.assert_close(out, ref)
+    grad = inputs(out.shape, torch.float64, "cpu", seed=1)
+    grad = _channels_last(grad) if grad_format == "channels_last" else grad
+    (got,) = torch.autograd.grad(out, qkv, grad)
+    (want,) = torch.autograd.grad(ref, ref_in, grad)
+    torch.testing.assert_close(got, want)
+
+
 @pytest.fixture
 def emulated_sdpa(monkeypatch):
     monkeypatch.setattr(A, "_ATEN", SimpleNamespace(
@@ -251,27 +278,44 @@ def emulated_sdpa(monkeypatch):
 
 @pytest.mark.parametrize("function", ["_FlashAttention", "_CudnnAttention"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_fused_backends_plumbing(emulated_sdpa, function, dtype):
-    """Pack, views, saved tensors, the backward calls and the gradient gather, on the CPU."""
+@pytest.mark.parametrize("formats", [("contiguous", "contiguous"),
+                                     ("channels_last", "channels_last"),
+                                     ("channels_last", "contiguous"),
+                                     ("contiguous", "channels_last")])
+def test_fused_backends_plumbing(emulated_sdpa, function, dtype, formats):
+    """Pack, views, saved tensors, the backward calls and the gradient gather, on the CPU; for
+    qkv and the incoming gradient in either memory format (the result and ``d_qkv`` follow
+    ``qkv``'s)."""
     b, nh, kd, height, width = 2, 3, 8, 4, 5
-    qkv = inputs((b, 4 * nh * kd, height, width), dtype, "cpu").requires_grad_(True)
+    base = inputs((b, 4 * nh * kd, height, width), dtype, "cpu")
+    qkv = (_channels_last(base) if formats[0] == "channels_last" else base).requires_grad_(True)
     out = getattr(A, function).apply(qkv, nh, kd, height, width)
-    ref = reference_attention(qkv, nh, kd, height, width)
+    ref_in = base.clone().requires_grad_(True)
+    ref = reference_attention(ref_in, nh, kd, height, width)
     torch.testing.assert_close(out, ref)
     grad = inputs(out.shape, dtype, "cpu", seed=1)
+    grad = _channels_last(grad) if formats[1] == "channels_last" else grad
     (got,) = torch.autograd.grad(out, qkv, grad)
-    (want,) = torch.autograd.grad(ref, qkv, grad)
+    (want,) = torch.autograd.grad(ref, ref_in, grad)
     torch.testing.assert_close(got, want)
+    cl = formats[0] == "channels_last"
+    assert _is_channels_last(out) == cl and _is_channels_last(got) == cl
 
 
 @pytest.mark.parametrize("backend", ["flash", "cudnn"])
 @pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "no_requires_grad"])
-def test_inference_path_equals_the_autograd_path(emulated_sdpa, monkeypatch, backend, mode):
+@pytest.mark.parametrize("fmt", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("batch", [2, 1])
+def test_inference_path_equals_the_autograd_path(emulated_sdpa, monkeypatch, backend, mode,
+                                                 fmt, batch):
     """With nothing to differentiate psa_attention runs the forward alone (no Function, views by
-    as_strided): the same output, bit for bit, as the differentiable path."""
+    as_strided; at batch 1 flash pairs the halves in one call): the same output, bit for bit,
+    as the differentiable path, in the same memory format."""
     monkeypatch.setattr(A, "resolve_backend", lambda *args: backend)
-    b, nh, kd, height, width = 2, 3, 8, 4, 5
+    b, nh, kd, height, width = batch, 3, 8, 4, 5
     qkv = inputs((b, 4 * nh * kd, height, width), torch.float32, "cpu")
+    if fmt == "channels_last":
+        qkv = _channels_last(qkv)
     want = A.psa_attention(qkv.clone().requires_grad_(True), nh, kd, height, width).detach()
     applied = []
     function = A._FlashAttention if backend == "flash" else A._CudnnAttention
@@ -286,6 +330,7 @@ def test_inference_path_equals_the_autograd_path(emulated_sdpa, monkeypatch, bac
         got = A.psa_attention(qkv, nh, kd, height, width)
     assert not applied and not got.requires_grad
     assert bitwise_equal(got, want)
+    assert got.stride() == want.stride() and _is_channels_last(got) == (fmt == "channels_last")
 
 
 def test_backend_choice_and_errors():
@@ -310,9 +355,13 @@ def test_psa_attention_compiles_fullgraph_dynamic():
     nh, kd = 2, 8
     compiled = torch.compile(lambda x, h, w: pt.psa_attention(x, nh, kd, h, w), fullgraph=True,
                              dynamic=True)
-    for b, height, width in ((2, 5, 7), (3, 6, 6), (1, 4, 9)):
-        x = inputs((b, 4 * nh * kd, height, width), torch.float32, "cpu").requires_grad_(True)
+    for b, height, width, fmt in ((2, 5, 7, "contiguous"), (3, 6, 6, "contiguous"),
+                                  (1, 4, 9, "contiguous"), (2, 5, 7, "channels_last"),
+                                  (3, 4, 6, "channels_last")):
+        x = inputs((b, 4 * nh * kd, height, width), torch.float32, "cpu")
+        x = (_channels_last(x) if fmt == "channels_last" else x).requires_grad_(True)
         out = compiled(x, height, width)
+        assert _is_channels_last(out) == (fmt == "channels_last")
         ref = reference_attention(x, nh, kd, height, width)
         torch.testing.assert_close(out, ref)
         (got,) = torch.autograd.grad(out.sum(), x)

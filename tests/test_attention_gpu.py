@@ -102,13 +102,20 @@ def _tolerance(dtype):
     return 2e-2 if dtype == torch.bfloat16 else 5e-3
 
 
+_CL = torch.channels_last
+
+
 @pytest.mark.parametrize("backend", ["flash", "cudnn", "sdpa", "auto"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(2, 20, 20), (3, 7, 9), (1, 40, 40)])
-def test_psa_attention_matches_reference(backend, dtype, shape):
+@pytest.mark.parametrize("fmt", ["contiguous", "channels_last"])
+def test_psa_attention_matches_reference(backend, dtype, shape, fmt):
     b, height, width = shape
-    qkv = inputs((b, 4 * NH * KD, height, width), dtype, "cuda").requires_grad_(True)
+    qkv = inputs((b, 4 * NH * KD, height, width), dtype, "cuda")
     grad = inputs((b, 2 * NH * KD, height, width), dtype, "cuda", seed=1)
+    if fmt == "channels_last":
+        qkv, grad = qkv.contiguous(memory_format=_CL), grad.contiguous(memory_format=_CL)
+    qkv.requires_grad_(True)
     out = A.psa_attention(qkv, NH, KD, height, width, backend)
     (got,) = torch.autograd.grad(out, qkv, grad)
     ref_in = qkv.detach().float().requires_grad_(True)
@@ -116,6 +123,8 @@ def test_psa_attention_matches_reference(backend, dtype, shape):
     (want,) = torch.autograd.grad(ref, ref_in, grad.float())
     tol = _tolerance(dtype)
     assert out.dtype == dtype and out.shape == ref.shape
+    if fmt == "channels_last":
+        assert out.is_contiguous(memory_format=_CL) and got.is_contiguous(memory_format=_CL)
     assert (out.float() - ref).norm() / ref.norm() < tol
     assert (got.float() - want).norm() / want.norm() < 2 * tol
 
@@ -185,11 +194,43 @@ def test_no_copy_kernels(backend):
 
 
 @pytest.mark.parametrize("backend", ["flash", "cudnn"])
+@pytest.mark.parametrize("batch", [2, 1])
+def test_channels_last_runs_no_layout_kernel(backend, batch):
+    """A channels_last qkv: inference runs no psa-tvm kernel at all; cuDNN's output is the
+    result (no kernel besides the attention's), flash's two halves are joined by one cat
+    (batch 1: one flash call). Training: the gradient's sums and joins, still no transpose."""
+    qkv = inputs((batch, 4 * NH * KD, 20, 20), torch.float16, "cuda").contiguous(
+        memory_format=_CL)
+    grad = inputs((batch, 2 * NH * KD, 20, 20), torch.float16, "cuda", seed=1).contiguous(
+        memory_format=_CL)
+
+    def infer():
+        with torch.inference_mode():
+            return A.psa_attention(qkv, NH, KD, 20, 20, backend)
+
+    names = _kernel_names(infer)
+    attention = ("flash", "cudnn", "Memset", "fmha", "sm90", "sm80", "cutlass")
+    rest = [n for n in names if not any(a in n for a in attention)]
+    assert rest == ([] if backend == "cudnn" else [next(n for n in names if "Cat" in n)]), rest
+    x = qkv.detach().clone().requires_grad_(True)
+
+    def step():
+        return torch.autograd.grad(A.psa_attention(x, NH, KD, 20, 20, backend), x, grad)
+
+    names = _kernel_names(step)
+    assert not [n for n in names if n.startswith("psa_")], names
+    (got,) = step()
+    assert got.is_contiguous(memory_format=_CL)
+
+
+@pytest.mark.parametrize("backend", ["flash", "cudnn"])
 def test_compile_fullgraph_dynamic(backend):
     compiled = torch.compile(lambda x, h, w: A.psa_attention(x, NH, KD, h, w, backend),
                              fullgraph=True, dynamic=True)
-    for b, height, width in ((2, 20, 20), (3, 16, 24), (1, 40, 40)):
+    for b, height, width, fmt in ((2, 20, 20, None), (3, 16, 24, None), (1, 40, 40, None),
+                                  (2, 20, 20, _CL), (3, 16, 24, _CL)):
         qkv = inputs((b, 4 * NH * KD, height, width), torch.float16, "cuda")
+        qkv = qkv.contiguous(memory_format=fmt) if fmt else qkv
         x1 = qkv.clone().requires_grad_(True)
         x2 = qkv.clone().requires_grad_(True)
         out = compiled(x1, height, width)

@@ -74,14 +74,24 @@ def _grads(model: nn.Module, x: torch.Tensor, grad: torch.Tensor):
     return out.detach(), x.grad, [p.grad.clone() for p in model.parameters()]
 
 
+def _format(model: nn.Module, x: torch.Tensor, grad: torch.Tensor, fmt: str):
+    if fmt != "channels_last":
+        return model, x, grad
+    cl = torch.channels_last
+    return (model.to(memory_format=cl), x.contiguous(memory_format=cl),
+            grad.contiguous(memory_format=cl))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("shape", [(2, 128, 2, 5, 4), (1, 64, 1, 3, 3)])
-def test_patched_block_matches_unpatched(dtype, shape):
+@pytest.mark.parametrize("fmt", ["contiguous", "channels_last"])
+def test_patched_block_matches_unpatched(dtype, shape, fmt):
     b, c, nh, height, width = shape
     torch.manual_seed(0)
     model = nn.Sequential(PSABlockLike(c, nh), PSABlockLike(c, nh)).to(dtype).train()
     x = inputs((b, c, height, width), dtype, "cpu")
     grad = inputs((b, c, height, width), dtype, "cpu", seed=1)
+    model, x, grad = _format(model, x, grad, fmt)
     want = _grads(model, x, grad)
     assert patch(model, classes=(Attention,)) == 2
     got = _grads(model, x, grad)
@@ -100,12 +110,15 @@ def test_patched_block_matches_unpatched(dtype, shape):
 
 
 @pytest.mark.parametrize("mode", ["inference_mode", "no_grad"])
-def test_patched_inference_matches_unpatched(mode):
-    """Eval-mode inference: v as one strided view and the residual added into the attention
-    output in place give ultralytics' result."""
+@pytest.mark.parametrize("fmt", ["contiguous", "channels_last"])
+def test_patched_inference_matches_unpatched(mode, fmt):
+    """Eval-mode inference: v as one strided view (or, channels_last, one copy that stays
+    channels_last) and the residual added into the attention output in place give ultralytics'
+    result."""
     torch.manual_seed(0)
     model = nn.Sequential(PSABlockLike(128, 2), PSABlockLike(128, 2)).double().eval()
     x = inputs((2, 128, 5, 4), torch.float64, "cpu")
+    model, x, _ = _format(model, x, x, fmt)
     context = torch.inference_mode if mode == "inference_mode" else torch.no_grad
     with context():
         want = model(x)
@@ -170,6 +183,34 @@ def _training_grads(model, x: torch.Tensor, patched: bool) -> torch.Tensor:
     if patched:
         unpatch(model)
     return grads
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_yolo11_channels_last_patched_matches_stock(dtype, no_tf32):
+    """A channels_last model: the patched attention reads the qkv conv's output as it is (no
+    pack kernel runs) and matches the stock model's output and training gradients."""
+    cl = torch.channels_last
+    model = _detection_model("yolo11s.yaml").cuda().to(dtype).to(memory_format=cl)
+    x = inputs((2, 3, 320, 320), dtype, "cuda").contiguous(memory_format=cl)
+    rel = 1e-4 if dtype == torch.float32 else 2e-2
+    model.eval()
+    with torch.no_grad():
+        want = _flat(model(x))
+        assert patch(model) >= 1
+        got = _flat(model(x))
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            model(x)
+            torch.cuda.synchronize()
+    unpatch(model)
+    _close(got, want, rel)
+    packs = [e.name for e in prof.events() if e.name.startswith("psa_qkv")]
+    assert not packs, packs
+    if dtype == torch.float32:
+        stock = _training_grads(model, x, patched=False)
+        patched = _training_grads(model, x, patched=True)
+        _close(patched, stock, 10 * rel)
 
 
 @pytest.mark.gpu

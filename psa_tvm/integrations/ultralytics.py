@@ -12,8 +12,11 @@ ultralytics is not a dependency of psa-tvm; it is imported only here, and only w
     unpatch(model)          # back to ultralytics' own forward
 
 The patched forward computes what ultralytics' does: ``proj(attn(qkv(x)) + pe(v))``, with the
-attention core from :func:`psa_tvm.attention.psa_attention`. Modules whose ``head_dim`` is not
-``2*key_dim`` (``attn_ratio != 0.5``) and CoreML-export modules keep their own forward.
+attention core from :func:`psa_tvm.attention.psa_attention`. In a model run channels_last
+(``model.to(memory_format=torch.channels_last)``) the ``qkv`` conv's output already is the packed
+tensor the attention reads, so no pack kernel runs, and the result stays channels_last.
+Modules whose ``head_dim`` is not ``2*key_dim`` (``attn_ratio != 0.5``) and CoreML-export
+modules keep their own forward.
 """
 
 from __future__ import annotations
@@ -23,7 +26,13 @@ from types import MethodType
 import torch
 from torch import nn
 
-from psa_tvm.attention import BACKENDS, psa_attention
+from psa_tvm.attention import (
+    BACKENDS,
+    _channels_last,
+    _channels_last_of,
+    _nhwc_heads,
+    psa_attention,
+)
 
 __all__ = ["attention_forward", "patch", "unpatch"]
 
@@ -46,14 +55,19 @@ def attention_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     qkv = self.qkv(x)
     out = psa_attention(qkv, num_heads, key_dim, height, width, getattr(self, _MARK, "auto"))
     n = height * width
-    if qkv.is_contiguous() and not torch.compiler.is_compiling():
+    if _channels_last(qkv):
+        # a channels_last model: v stays channels_last for pe (one copy, as stock's reshape)
+        v = _nhwc_heads(qkv, num_heads)[..., 2 * key_dim:]
+        pe = self.pe(_channels_last_of(v, height, width))
+    elif qkv.is_contiguous() and not torch.compiler.is_compiling():
         # v (the last 2*kd channels of each head's 4*kd) as one view op, not a view + slice
         v = qkv.as_strided((b, num_heads, 2 * key_dim, n),
                            (num_heads * 4 * key_dim * n, 4 * key_dim * n, n, 1),
                            qkv.storage_offset() + 2 * key_dim * n)
+        pe = self.pe(v.reshape(b, c, height, width))
     else:
         v = qkv.view(b, num_heads, 4 * key_dim, n)[:, :, 2 * key_dim:]
-    pe = self.pe(v.reshape(b, c, height, width))
+        pe = self.pe(v.reshape(b, c, height, width))
     if torch.is_grad_enabled() and (pe.requires_grad or out.requires_grad):
         return self.proj(out + pe)
     return self.proj(out.add_(pe))  # inference: into psa_attention's fresh output, no allocation

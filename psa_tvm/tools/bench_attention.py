@@ -7,12 +7,16 @@ Implementations of the core (input: the ``qkv`` conv output, output: ``[B, nh*2*
   ``F.scaled_dot_product_attention`` (torch's backend choice), the output merged in eager;
 - ``flash`` and ``cudnn``: :func:`psa_tvm.attention.psa_attention`.
 
+Each core case runs with ``qkv`` as the NCHW conv output and, ``--qkv-formats channels_last``,
+in channels_last memory (a channels_last model), where psa_attention packs nothing.
+
 Per case: GPU kernel time per call (sum of the kernels torch.profiler records) and wall time per
 call (a hot loop, one synchronisation at the end), in inference and for a training step
-(forward + backward to ``qkv``). For the fused paths, the share of the psa-tvm kernels (pack
-and merge) in the GPU time. The C2PSA block (ultralytics', when importable) stock vs patched.
-Needs a CUDA GPU and artifacts holding the layout family for the configurations (``psa-tvm
-build --attention``).
+(forward + backward to ``qkv``). For the fused paths, the share of the layout work in the GPU
+time: every kernel that is not the attention library's (pack and merge; with a channels_last
+``qkv`` the join of flash's halves and the gradient's sums). The C2PSA block (ultralytics',
+when importable) stock vs patched. Needs a CUDA GPU and artifacts holding the layout family for
+the configurations (``psa-tvm build --attention``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ TARGET_SHAPES = ((384, 16, 40), (256, 8, 80), (384, 32, 20))
 GRID_SHAPES = tuple((256, b, s) for s in (20, 40, 80) for b in (1, 16, 64))
 LAYOUT_MIN_BYTES = 8e6  # issue 10: the layout kernels' target holds from 8 MB moved
 STOCK_MAX_SCORES = 24e9  # elements of B*nh*N*N beyond which stock is skipped (memory)
+QKV_FORMATS = ("nchw", "channels_last")
+# Kernel names of the attention libraries (flash, cuDNN and its workspace memset): what is not
+# one of these, in a fused path, is layout work.
+ATTENTION_KERNEL_MARKS = ("pytorch_flash::", "cudnn", "fmha", "Memset")
 
 
 def layout_bytes(dim: int, batch: int, size: int, dtype: str) -> float:
@@ -95,18 +103,28 @@ def _iters(fn: Callable[[], object], target_s: float = 0.15) -> int:
     return int(min(50, max(3, target_s / max(once, 1e-6))))
 
 
+def layout_us(kernels: dict[str, float]) -> float:
+    """GPU time per call of the kernels that are not the attention library's."""
+    return sum(t for name, t in kernels.items()
+               if not any(mark in name for mark in ATTENTION_KERNEL_MARKS))
+
+
 def bench_core(dim: int, batch: int, size: int, dtype: torch.dtype, mode: str,
-               impls=IMPLS) -> list[dict]:
+               qkv_format: str = "nchw", impls=IMPLS) -> list[dict]:
     nh = max(dim // 64, 1)
     kd = dim // nh // 2
     gen = torch.Generator(device="cuda").manual_seed(0)
     qkv = torch.randn(batch, 4 * nh * kd, size, size, device="cuda", dtype=dtype, generator=gen)
     grad = torch.randn(batch, 2 * nh * kd, size, size, device="cuda", dtype=dtype,
                        generator=gen)
+    if qkv_format == "channels_last":
+        qkv = qkv.contiguous(memory_format=torch.channels_last)
+        grad = grad.contiguous(memory_format=torch.channels_last)
     records = []
     for impl in impls:
         record = {"part": "core", "impl": impl, "dim": dim, "batch": batch, "size": size,
-                  "dtype": str(dtype).removeprefix("torch."), "mode": mode}
+                  "dtype": str(dtype).removeprefix("torch."), "mode": mode,
+                  "qkv_format": qkv_format}
         if impl == "stock" and batch * nh * (size * size) ** 2 > STOCK_MAX_SCORES:
             records.append({**record, "skipped": "attention matrix too large"})
             continue
@@ -130,7 +148,9 @@ def bench_core(dim: int, batch: int, size: int, dtype: torch.dtype, mode: str,
             records.append({**record, "skipped": f"{type(err).__name__}: {str(err)[:120]}"})
             continue
         ours = sum(t for name, t in kernels.items() if name.startswith("psa_"))
+        fused = impl in ("flash", "cudnn")
         records.append({**record, "gpu_us": gpu, "wall_us": wall, "psa_kernels_us": ours,
+                        "layout_kernels_us": layout_us(kernels) if fused else None,
                         "kernels": {k[:80]: round(v, 2) for k, v in kernels.items()}})
     return records
 
@@ -147,13 +167,14 @@ def _wall_and_cpu_us(fn: Callable[[], object], iters: int) -> tuple[float, float
     return (time.perf_counter() - wall) / iters * 1e6, cpu / iters * 1e6
 
 
-def bench_block(c1: int, batch: int, size: int, dtype: torch.dtype,
+def bench_block(c1: int, batch: int, size: int, dtype: torch.dtype, qkv_format: str = "nchw",
                 rounds: int = 15) -> list[dict]:
     """ultralytics' C2PSA and its Attention module alone, eager inference: stock vs patched
     (wall, host CPU and GPU time per call). The implementations are timed in interleaved
     rounds of 100 calls; each keeps its best round (and the median is recorded): the host's
     background load drifts over seconds, and timing one implementation after the other would
-    charge the drift to whichever ran later."""
+    charge the drift to whichever ran later. ``qkv_format`` channels_last: the block and its
+    inputs in channels_last memory (a channels_last model)."""
     try:
         from ultralytics.nn.modules.block import C2PSA
     except ImportError:
@@ -165,6 +186,10 @@ def bench_block(c1: int, batch: int, size: int, dtype: torch.dtype,
     attention = block.m[0].attn
     x = torch.randn(batch, c1, size, size, device="cuda", dtype=dtype)
     x_attention = torch.randn(batch, c1 // 2, size, size, device="cuda", dtype=dtype)
+    if qkv_format == "channels_last":
+        block = block.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+        x_attention = x_attention.contiguous(memory_format=torch.channels_last)
     impls = ("stock", "flash", "cudnn")
     parts = {"c2psa": lambda: block(x), "c2psa.attention": lambda: attention(x_attention)}
     walls: dict[tuple[str, str], list[float]] = {}
@@ -198,7 +223,8 @@ def bench_block(c1: int, batch: int, size: int, dtype: torch.dtype,
     for part, fn in parts.items():
         for impl in impls:
             record = {"part": part, "impl": impl, "dim": c1, "batch": batch, "size": size,
-                      "dtype": str(dtype).removeprefix("torch."), "mode": "inference"}
+                      "dtype": str(dtype).removeprefix("torch."), "mode": "inference",
+                      "qkv_format": qkv_format}
             if impl in failed:
                 records.append({**record, "skipped": failed[impl]})
                 continue
@@ -286,29 +312,35 @@ def markdown(records: list[dict]) -> str:
     rows = ["| part | shape (dim, B, HxW) | dtype | mode | impl | GPU us | wall us | "
             "x stock (GPU) | x stock (wall) | pack+merge % |",
             "|---|---|---|---|---|---|---|---|---|---|"]
-    stock = {(r["part"], r["dim"], r["batch"], r["size"], r["dtype"], r["mode"]): r
-             for r in records if r.get("impl") == "stock" and "gpu_us" in r}
+    def key(r: dict) -> tuple:
+        return (r["part"], r["dim"], r["batch"], r["size"], r["dtype"], r["mode"],
+                r.get("qkv_format", "nchw"))
+
+    stock = {key(r): r for r in records if r.get("impl") == "stock" and "gpu_us" in r}
     for r in records:
         if r.get("part") == "layout":
             rows.append(layout_row(r))
             continue
         if "impl" not in r:
             continue
-        key = (r["part"], r["dim"], r["batch"], r["size"], r["dtype"], r["mode"])
         shape = f"{r['dim']}, {r['batch']}, {r['size']}x{r['size']}"
+        mode = r["mode"] + (", qkv channels_last" if r.get("qkv_format") == "channels_last"
+                            else "")
         if "gpu_us" not in r:
-            rows.append(f"| {r['part']} | {shape} | {r['dtype']} | {r['mode']} | {r['impl']} | "
+            rows.append(f"| {r['part']} | {shape} | {r['dtype']} | {mode} | {r['impl']} | "
                         f"skipped: {r['skipped']} | | | | |")
             continue
-        base = stock.get(key)
+        base = stock.get(key(r))
         speedup = f"{base['gpu_us'] / r['gpu_us']:.2f}" if base else ""
         wall_speedup = f"{base['wall_us'] / r['wall_us']:.2f}" if base else ""
-        share = (f"{100 * r['psa_kernels_us'] / r['gpu_us']:.1f}"
-                 if r.get("psa_kernels_us") else "")
+        # older records hold only the psa-tvm kernels' time (then the only layout kernels)
+        layout = r.get("layout_kernels_us", r.get("psa_kernels_us"))
+        share = f"{100 * layout / r['gpu_us']:.1f}" if layout is not None and \
+            r["impl"] in ("flash", "cudnn") else ""
         wall = f"{r['wall_us']:.1f}"
         if "wall_median_us" in r:  # the blocks: best round (median round; host CPU time)
             wall += f" ({r['wall_median_us']:.0f}; cpu {r['cpu_us']:.0f})"
-        rows.append(f"| {r['part']} | {shape} | {r['dtype']} | {r['mode']} | {r['impl']} | "
+        rows.append(f"| {r['part']} | {shape} | {r['dtype']} | {mode} | {r['impl']} | "
                     f"{r['gpu_us']:.1f} | {wall} | {speedup} | {wall_speedup} | {share} |")
     return "\n".join(rows)
 
@@ -321,7 +353,8 @@ def plot(records: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    core = [r for r in records if r.get("part") == "core" and "gpu_us" in r]
+    core = [r for r in records if r.get("part") == "core" and "gpu_us" in r
+            and r.get("qkv_format", "nchw") == "nchw"]
     blocks = [r for r in records if r.get("part") in ("c2psa", "c2psa.attention")
               and "wall_us" in r]
     groups = [(d, m) for d in ("float16", "bfloat16") for m in ("inference", "training")
@@ -352,12 +385,16 @@ def plot(records: list[dict], path: Path) -> None:
         ax.legend(ncol=len(impls), fontsize=8)
     if blocks:
         ax = axes[-1, 0]
-        names = list(dict.fromkeys(f"{r['part']} ({r['dim']})" for r in blocks))
+        def label(r: dict) -> str:
+            cl = ", CL" if r.get("qkv_format") == "channels_last" else ""
+            return f"{r['part']} ({r['dim']}{cl})"
+
+        names = list(dict.fromkeys(label(r) for r in blocks))
         block_impls = list(dict.fromkeys(r["impl"] for r in blocks))
         bar = 0.8 / len(block_impls)
         for k, impl in enumerate(block_impls):
             values = [next((r["wall_us"] for r in blocks if r["impl"] == impl
-                            and f"{r['part']} ({r['dim']})" == name), 0) for name in names]
+                            and label(r) == name), 0) for name in names]
             ax.bar([i + k * bar for i in range(len(names))], values, bar, label=impl)
         ax.set_xticks([i + 0.4 for i in range(len(names))], names, fontsize=8)
         ax.set_ylabel("wall us per call")
@@ -383,6 +420,9 @@ def add_arguments(parser, standalone: bool = True) -> None:
                         default="all",
                         help="the issue's target shapes, the YOLO grid, or both; `layout`: only "
                              "the layout kernels, at every benchmarked shape that moves >= 8 MB")
+    parser.add_argument("--qkv-formats", nargs="+", default=list(QKV_FORMATS),
+                        choices=QKV_FORMATS,
+                        help="memory formats of the core's qkv input (channels_last: no pack)")
     parser.add_argument("--budget-s", type=float, default=600.0,
                         help="stop starting new cases after this many seconds")
     parser.add_argument("--replot-attention", metavar="BENCH_ATTENTION_JSON", default=None,
@@ -432,18 +472,19 @@ def run(args: argparse.Namespace) -> int:
              ("targets", "bfloat16", "training"), ("grid", "float16", "training"),
              ("grid", "bfloat16", "inference"), ("grid", "bfloat16", "training")]
     groups = {"targets": TARGET_SHAPES, "grid": GRID_SHAPES}
+    formats = getattr(args, "qkv_formats", ["nchw"])
     cases: list[tuple] = [("layout", 256, 64, 80, torch.float16),
                           ("layout", 384, 16, 40, torch.float16),
-                          ("block", 256, 1, 20, torch.float16),
-                          ("block", 512, 1, 20, torch.float16)]
+                          *(("block", dim, 1, 20, torch.float16, fmt)
+                            for fmt in formats for dim in (256, 512))]
     if args.attention_shapes == "layout":
         cases = [("layout", dim, b, size, getattr(torch, dtype))
                  for dtype in dtypes for dim, b, size in TARGET_SHAPES + GRID_SHAPES
                  if layout_bytes(dim, b, size, dtype) >= LAYOUT_MIN_BYTES]
-    cases += [("core", dim, b, size, getattr(torch, dtype), mode)
+    cases += [("core", dim, b, size, getattr(torch, dtype), mode, fmt)
               for group, dtype, mode in order
               if args.attention_shapes in (group, "all") and dtype in dtypes and mode in args.modes
-              for dim, b, size in groups[group]]
+              for dim, b, size in groups[group] for fmt in formats]
     profiler: KernelProfiler | None = None  # made at the first layout case, then shared
     for case in cases:
         if time.perf_counter() - start > args.budget_s:
