@@ -88,14 +88,6 @@ SETS = {
     "tile64_r4": TiledParams(tile_n=64, threads=128, row_threads=4),
     "tile40_streams2_x": TiledParams(tile_n=40, threads=160, row_threads=2, slices_per_cta=2,
                                      slices_on_x=True),
-    # 3 CTAs per spatial tile for the 2..16 slice groups of the test shapes: some CTAs loop,
-    # some idle in their last pass
-    "slice_ctas3": TiledParams(tile_n=64, threads=128, row_threads=4, slices_per_cta=2,
-                               slice_ctas=3),
-    "slice_ctas3_x": TiledParams(tile_n=40, threads=160, row_threads=2, slices_per_cta=2,
-                                 slices_on_x=True, slice_ctas=3),
-    "slice_ctas5_heads": TiledParams(tile_n=80, threads=160, row_threads=4, slices_per_cta=2,
-                                     heads_inner=True, slice_ctas=5),
 }
 
 

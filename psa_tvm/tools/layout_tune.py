@@ -90,25 +90,6 @@ def cta_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
         yield params_as_dict(params)
 
 
-# The persistent grid: each op's own params (family default, else the rule's), and the same
-# with G CTAs per spatial tile looping over the slice groups (the benchmark shapes have 16-384
-# groups; 8-100 spatial tiles).
-SLICE_CTAS = (16, 32, 64)
-
-
-def persistent_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
-    """An op's own params, then those with each of :data:`SLICE_CTAS`."""
-    import dataclasses
-
-    from psa_tvm.compiler.artifact import BuildRequest
-    from psa_tvm.compiler.rules.base import params_as_dict
-
-    own = BuildRequest(config, "tiled", op=op).resolved_params()
-    yield params_as_dict(own)
-    for ctas in SLICE_CTAS:
-        yield params_as_dict(dataclasses.replace(own, slice_ctas=ctas))
-
-
 def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
           jobs: int, grid: str = "base") -> None:
     from psa_tvm.compiler import artifact
@@ -122,9 +103,7 @@ def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
     requests = []
     for nh, dtype, op in itertools.product(num_heads, dtypes, ops):
         config = OpConfig(KEY_DIM, nh, dtype)
-        cands = (candidate_params(config) if grid == "base"
-                 else cta_candidate_params(config, op) if grid == "cta"
-                 else persistent_candidate_params(config, op))
+        cands = candidate_params(config) if grid == "base" else cta_candidate_params(config, op)
         for params in cands:
             requests.append(BuildRequest(config, "tiled", TiledParams(**params),
                                          preferred=False, op=op))
@@ -154,12 +133,11 @@ EXTRA_SHAPES = ((128, 64, 80), (128, 16, 40), (512, 16, 40), (512, 8, 80))
 
 def params_key(params: dict) -> str:
     """``t<tile_n>/<threads>/r<row_threads>/p<pad_bytes>``, then ``/x`` (``slices_on_x``),
-    ``/k<slices_per_cta>``, ``/h`` (``heads_inner``) and ``/g<slice_ctas>`` where set."""
+    ``/k<slices_per_cta>`` and ``/h`` (``heads_inner``) where set."""
     return (f"t{params['tile_n']}/{params['threads']}/r{params['row_threads']}/"
             f"p{params['pad_bytes']}" + ("/x" if params.get("slices_on_x") else "")
             + (f"/k{params['slices_per_cta']}" if params.get("slices_per_cta", 1) > 1 else "")
-            + ("/h" if params.get("heads_inner") else "")
-            + (f"/g{params['slice_ctas']}" if params.get("slice_ctas") else ""))
+            + ("/h" if params.get("heads_inner") else ""))
 
 
 def _profile_rounds(calls: dict, iters: int, rounds: int) -> dict:
@@ -385,9 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--dtypes", nargs="+", default=["float16"])
     b.add_argument("--ops", nargs="+", default=list(STREAM_OPS))
     b.add_argument("-j", "--jobs", type=int, default=1)
-    b.add_argument("--grid", choices=["base", "cta", "persistent"], default="base",
-                   help="base: the 56-set grid; cta: the small grid of CTA_GRID; persistent: "
-                        "each op's own params with and without SLICE_CTAS")
+    b.add_argument("--grid", choices=["base", "cta"], default="base",
+                   help="base: the 56-set grid; cta: the small grid of CTA_GRID")
     t = sub.add_parser("time")
     t.add_argument("roots", nargs="+", help="artifact directories written by `build`")
     t.add_argument("--out", default="layout-tune")

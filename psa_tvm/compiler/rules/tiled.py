@@ -72,11 +72,6 @@ class TiledParams:
     bytes for kd=32 in 16-bit types). Must divide ``S`` (or ``nh`` with ``heads_inner``); a
     CTA's threads cover whole ``k*kd`` rows, ``row_threads`` of them per ``kd`` row. 1 is the
     kernel without it; left out of the stored params at 1 (digests unchanged)."""
-    slice_ctas: int = field(default=0, metadata={"omit_default": True})
-    """Launch this many CTAs along the slice axis (0: one per ``(b, h, s)`` slice group) and
-    let each loop over the slice groups ``cta, cta + G, ...`` of its spatial tile: fewer,
-    longer-lived CTAs (no wave quantization, fewer CTA launches per 8 KB tile), with index math
-    that stays free of divisions by a symbolic extent. Left out of the stored params at 0."""
     heads_inner: bool = field(default=False, metadata={"omit_default": True})
     """Order the slices ``(b, s, h)`` instead of ``(b, h, s)``: a CTA's ``slices_per_cta``
     slices are then consecutive heads of one stream, adjacent in memory when each stream is a
@@ -138,8 +133,6 @@ class Tiled(ScheduleRule):
                 f"tile_n={params.tile_n} must be a multiple of vec={vec} with "
                 f"tile_n/vec*key_dim*slices_per_cta divisible by threads={params.threads}"
             )
-        if not 0 <= params.slice_ctas <= 65535:
-            problems.append(f"slice_ctas={params.slice_ctas} must be in [0, 65535]")
         if params.pad_bytes % config.itemsize:
             problems.append(f"pad_bytes={params.pad_bytes} is not a multiple of the item size")
         if problems:
@@ -172,24 +165,16 @@ class Tiled(ScheduleRule):
             sch.reorder(bhs, n_tile, slice_in, n_in, d)
         else:
             sch.reorder(bhs, n_tile, n_in, d)
-        if params.slice_ctas:
-            # slice group = it * G + cta: the CTAs resident together take consecutive groups,
-            # as one CTA per group would; the serial loop stays inside the kernel
-            it, slice_cta = sch.split(bhs, [None, params.slice_ctas])
-            sch.reorder(slice_cta, n_tile, it)
-            bhs, tile_loop = slice_cta, it
-        else:
-            tile_loop = n_tile
         sch.bind(n_tile, "blockIdx.y" if params.slices_on_x else "blockIdx.x")
         sch.bind(bhs, "blockIdx.x" if params.slices_on_x else "blockIdx.y")
 
         if pass_ == "forward":
             staged = sch.cache_write(block, 0, "shared")
-            sch.reverse_compute_at(staged, tile_loop)
+            sch.reverse_compute_at(staged, n_tile)
             aligned_block = block
         else:
             staged = sch.cache_read(block, 0, "shared")
-            sch.compute_at(staged, tile_loop)
+            sch.compute_at(staged, n_tile)
             aligned_block = staged
 
         # The kd-contiguous side: a warp covers threads/row_threads rows, row_threads vectors each,
@@ -211,8 +196,7 @@ class Tiled(ScheduleRule):
         sch.unroll(d_outer)
 
         # The n-contiguous side: whole tile rows, one vector per thread per step.
-        # under (slices, n_tile[, slice loop]): [slices,] d, n
-        *ax_rows, ax_n = sch.get_loops(staged)[3 if params.slice_ctas else 2:]
+        *ax_rows, ax_n = sch.get_loops(staged)[2:]  # under (slices, n_tile): [slices,] d, n
         n_vectors, n_vec = sch.split(ax_n, [None, vec])
         steps, thread = sch.split(sch.fuse(*ax_rows, n_vectors), [None, params.threads])
         sch.bind(thread, "threadIdx.x")
