@@ -88,7 +88,19 @@ SETS = {
     "tile64_r4": TiledParams(tile_n=64, threads=128, row_threads=4),
     "tile40_streams2_x": TiledParams(tile_n=40, threads=160, row_threads=2, slices_per_cta=2,
                                      slices_on_x=True),
+    # whole heads per CTA: every stream of 2 heads (qkv: 8 slices; attn: 4)
+    "heads_whole8": TiledParams(tile_n=32, threads=256, row_threads=4, slices_per_cta=8),
+    "heads_whole4": TiledParams(tile_n=32, threads=128, row_threads=4, slices_per_cta=4),
 }
+
+
+def _fits(op_name: str, params: TiledParams, num_heads: int) -> bool:
+    """Whether ``slices_per_cta`` groups this op's slices: a divisor of its streams (heads with
+    heads_inner), or whole heads."""
+    k, streams = params.slices_per_cta, STREAM_OPS[op_name].num_streams
+    if params.heads_inner:
+        return num_heads % k == 0
+    return streams % k == 0 or (k % streams == 0 and num_heads * streams % k == 0)
 
 
 @pytest.mark.parametrize("which", list(SETS))
@@ -97,9 +109,8 @@ def test_scheduled_family_is_bit_exact(op_name, which):
     """Every op and pass, 16-byte kernels at an N that leaves a partial last tile (N = 104 =
     64 + 40 = 80 + 24) and the scalar kernel at an odd N (63)."""
     params = SETS[which]
-    if params.slices_per_cta > 1 and not params.heads_inner \
-            and STREAM_OPS[op_name].num_streams % params.slices_per_cta:
-        pytest.skip("slices_per_cta does not divide this op's streams")
+    if not _fits(op_name, params, F16.num_heads):
+        pytest.skip("slices_per_cta does not group this op's slices")
     for pass_ in STREAM_OPS[op_name].passes:
         run_scheduled(op_name, pass_, F16, params, 8, 2, 8, 13)
         run_scheduled(op_name, pass_, F16, params, 1, 1, 7, 9)
@@ -153,7 +164,9 @@ def test_new_options_at_their_defaults_leave_stored_params_and_digests_as_they_w
     default = RULE.default_params(config)
     assert set(params_as_dict(default)) == {"tile_n", "threads", "row_threads", "vec_bytes",
                                             "pad_bytes"}
-    assert BuildRequest(config, "tiled", op="attn").stem == "kd32_nh4_float16/attn-tiled-7a4df693"
+    # the rule's default for a family op (attn has its own params since v12: given explicitly)
+    assert BuildRequest(config, "tiled", default, op="attn").stem == \
+        "kd32_nh4_float16/attn-tiled-7a4df693"
     stored = params_as_dict(SETS["heads2"])
     assert stored["slices_per_cta"] == 2 and stored["heads_inner"] is True
     assert RULE.params_from_dict(stored) == SETS["heads2"]
@@ -166,8 +179,13 @@ def test_params_that_do_not_fit_are_refused():
     with pytest.raises(ValueError, match="slices_per_cta=0"):
         RULE.check_params(F16, TiledParams(tile_n=64, threads=128, slices_per_cta=0))
     func = stream_pass(F16, STREAM_OPS["attn"], "forward", vec=8, name="f")
-    with pytest.raises(ValueError, match="does not divide the streams"):
-        RULE.apply(func, "forward", F16, SETS["streams4"], 8, 8)  # attn has 2 streams
+    three = TiledParams(tile_n=64, threads=192, row_threads=4, slices_per_cta=3)
+    with pytest.raises(ValueError, match="neither a divisor of the streams"):
+        RULE.apply(func, "forward", F16, three, 8, 8)  # attn has 2 streams: 3 is not whole heads
+    qkv = stream_pass(F16, STREAM_OPS["qkv"], "forward", vec=8, name="f")
+    with pytest.raises(ValueError, match="nor whole heads dividing 2 heads"):
+        RULE.apply(qkv, "forward", F16, TiledParams(tile_n=64, threads=384, row_threads=4,
+                                                    slices_per_cta=12), 8, 8)
     with pytest.raises(ValueError, match="does not divide the heads"):
         RULE.apply(func, "forward", F16, TiledParams(tile_n=64, threads=192, row_threads=4,
                                                      slices_per_cta=3, heads_inner=True), 8, 8)
@@ -218,25 +236,28 @@ def test_a_tile_that_is_no_power_of_two_plans_on_the_cpu(tmp_path):
 def test_listed_ops_are_built_with_their_own_params_where_they_fit():
     from psa_tvm.compiler.family_defaults import FAMILY_TILED, family_params
 
-    assert set(FAMILY_TILED) == {"qkv_grad_flash", "qkv", "qkv_grad_cudnn"}
+    assert set(FAMILY_TILED) == set(STREAM_OPS)
     for op, own in FAMILY_TILED.items():
         for dtype in ("float16", "bfloat16"):
             for nh in (2, 4, 6, 8):
                 config = OpConfig(32, nh, dtype)
                 assert family_params(op, config) == own
                 assert BuildRequest(config, "tiled", op=op).resolved_params() == own
-        for config in (OpConfig(32, 4, "float32"), OpConfig(16, 4, "float16")):
-            # untested dtype; kd < 4 vectors (row_threads=4 does not fit)
+        # untested dtype; kd = 16 is two vectors, which row_threads=4 does not fit
+        misfits = [OpConfig(32, 4, "float32")] + [OpConfig(16, 4, "float16")] * (
+            own.row_threads == 4)
+        for config in misfits:
             assert family_params(op, config) is None
             assert BuildRequest(config, "tiled", op=op).resolved_params() \
                 == RULE.default_params(config)
-    # heads_inner with two heads per CTA needs an even nh; qkv's two streams do not
-    assert family_params("qkv_grad_flash", OpConfig(32, 3, "float16")) is None
-    assert family_params("qkv", OpConfig(32, 3, "float16")) == FAMILY_TILED["qkv"]
+    # heads_inner with two heads per CTA needs an even nh; two streams per CTA do not
+    for op in ("qkv_grad_flash", "attn_flash", "qkv_grad_cudnn"):
+        assert family_params(op, OpConfig(32, 3, "float16")) is None
+    for op in ("qkv", "attn"):
+        assert family_params(op, OpConfig(32, 3, "float16")) == FAMILY_TILED[op]
     config = OpConfig(32, 4, "float16")
-    for op in ("attn_flash", "attn", "merge"):
-        assert BuildRequest(config, "tiled", op=op).resolved_params() \
-            == RULE.default_params(config)
+    assert BuildRequest(config, "tiled", op="merge").resolved_params() \
+        == RULE.default_params(config)
     assert BuildRequest(config, "tiled", SETS["tile80"], op="qkv_grad_flash") \
         .resolved_params() == SETS["tile80"]  # explicit params win
 
@@ -283,8 +304,8 @@ def test_the_tuning_table_compares_with_what_an_untuned_build_uses(tmp_path, mon
     layout_tune.build(tmp_path, [4], ["float16"], ["qkv_grad_flash", "attn"], 1, grid="cta")
     defaults = json.loads((tmp_path / "defaults.json").read_text())
     tag = OpConfig(32, 4, "float16").tag
-    assert set(defaults) == {tag, f"{tag}/qkv_grad_flash"}
+    assert set(defaults) == {tag, f"{tag}/qkv_grad_flash", f"{tag}/attn"}
     own = BuildRequest(OpConfig(32, 4, "float16"), "tiled", op="qkv_grad_flash").resolved_params()
     assert layout_tune.default_key(defaults, "qkv_grad_flash", 4, "bfloat16") \
         == layout_tune.params_key(params_as_dict(own)) == "t64/128/r4/p16/k2/h"
-    assert layout_tune.default_key(defaults, "attn", 4, "float16") == "t128/128/r2/p16"
+    assert layout_tune.default_key(defaults, "attn", 4, "float16") == "t64/256/r2/p16/k2"

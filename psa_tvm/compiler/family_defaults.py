@@ -21,17 +21,24 @@ from psa_tvm.layouts import stream_op
 #: consecutive heads per CTA (heads_inner) each position's two kd rows are adjacent (128 bytes),
 #: fraction of copy 0.80/0.82/0.75/0.62 -> 0.93/0.99/0.90/0.77 at (dim, B, HxW) = (384, 16,
 #: 40x40), (256, 64, 80x80), (256, 16, 40x40), (384, 32, 20x20).
-#: qkv (both passes, one build): two streams of a head per CTA, so the ``[B*nh, N, kd]`` side is
-#: unchanged and the ``qkv`` side moves 128-byte pieces; mean over the 8 (pass, shape) cells
-#: +0.05 of copy (0.79/0.90/0.73/0.72 -> 0.86/0.94/0.86/0.73 forward), the worst cell -0.01
-#: (backward at 384, 32, 20x20: within the two runs' spread). qkv_grad_cudnn: 64-position tiles,
-#: four threads per kd row, +0.05 mean, no cell worse (0.79/0.87/0.75/0.74 -> 0.85/0.91/0.83/0.74).
-#: attn and attn_flash keep the rule's default: no set was better in every cell of both passes.
+#: The other four: 256 threads with two per kd row, over a CTA that moves two 32-element kd rows
+#: of each of its 64 positions (two streams of a head; for the ops whose streams are tensors of
+#: their own, two heads of a stream: heads_inner). Found in the whole-heads grid's wake (layout_tune
+#: --grid wide, then --grid follow-up; docs/bench-layout/follow_up_tune_h200.md, warm L2, nh 4
+#: and 6, float16 and bfloat16, both passes, 16 cells per op, 8 for qkv_grad_cudnn): better than
+#: the previous params in every cell, by at least +0.024 (qkv, mean +0.08), +0.034 (attn, mean
+#: +0.105), +0.069 (attn_flash, mean +0.132), +0.015 (qkv_grad_cudnn, mean +0.029) of copy.
+#: qkv_grad_flash's best worst case there (t64/128/r2) lost up to 0.078 in some cells: kept.
+#: Whole heads of every stream per CTA (up to the whole bnhd row) were slower for every op.
 FAMILY_TILED: dict[str, TiledParams] = {
     "qkv_grad_flash": TiledParams(tile_n=64, threads=128, row_threads=4, slices_per_cta=2,
                                   heads_inner=True),
-    "qkv": TiledParams(tile_n=64, threads=128, row_threads=4, slices_per_cta=2),
-    "qkv_grad_cudnn": TiledParams(tile_n=64, threads=128, row_threads=4),
+    "qkv": TiledParams(tile_n=64, threads=256, row_threads=2, slices_per_cta=2),
+    "attn": TiledParams(tile_n=64, threads=256, row_threads=2, slices_per_cta=2),
+    "attn_flash": TiledParams(tile_n=64, threads=256, row_threads=2, slices_per_cta=2,
+                              heads_inner=True),
+    "qkv_grad_cudnn": TiledParams(tile_n=64, threads=256, row_threads=2, slices_per_cta=2,
+                                  heads_inner=True),
 }
 
 

@@ -90,6 +90,67 @@ def cta_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
         yield params_as_dict(params)
 
 
+# The whole-heads grid: a CTA moves every stream of several adjacent heads (slices_per_cta a
+# multiple of S; heads_inner ops: several heads of one stream), so its bnhd-side piece per
+# position is up to the whole row (nh*S*kd elements): (heads per CTA, tile_n, threads,
+# row_threads); sets whose shared tile would pass 46 KB (static shared memory stops at 48) are
+# left out.
+WIDE_TILES = (16, 32, 64)
+WIDE_THREADS = (128, 192, 256, 384, 512)
+WIDE_ROW_THREADS = (2, 4)
+_STATIC_SMEM_BYTES = 46 * 1024
+
+
+# After the whole-heads grid (docs/bench-layout/wide_tune_h200.md): its winner for attn_flash,
+# two heads of a stream per CTA with 256 threads and 2 threads per kd row, and that shape of
+# CTA for the other ops (two streams of a head: slices_per_cta=2 without heads_inner).
+# (tile_n, threads, row_threads, slices_per_cta, heads_inner)
+FOLLOW_UP = ((64, 256, 2, 2, True), (64, 128, 2, 2, True), (64, 256, 4, 2, True),
+             (64, 256, 2, 2, False), (64, 128, 2, 2, False), (64, 256, 4, 2, False),
+             (128, 256, 2, 2, False), (128, 256, 2, 2, True))
+
+
+def follow_up_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
+    """:data:`FOLLOW_UP` for one op, where it groups the op's slices."""
+    from psa_tvm.compiler.rules.base import params_as_dict
+    from psa_tvm.compiler.rules.tiled import Tiled, TiledParams
+
+    rule, streams = Tiled(), STREAM_OPS[op].num_streams
+    for tile_n, threads, row_threads, slices, heads_inner in FOLLOW_UP:
+        if (config.num_heads if heads_inner else streams) % slices:
+            continue
+        params = TiledParams(tile_n=tile_n, threads=threads, row_threads=row_threads,
+                             slices_per_cta=slices, heads_inner=heads_inner)
+        try:
+            rule.check_params(config, params)
+        except ValueError:
+            continue
+        yield params_as_dict(params)
+
+
+def wide_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
+    """The whole-heads grid for one family op (see :data:`WIDE_TILES`)."""
+    from psa_tvm.compiler.rules.base import params_as_dict
+    from psa_tvm.compiler.rules.tiled import Tiled, TiledParams
+
+    rule, spec = Tiled(), STREAM_OPS[op]
+    heads_inner = spec.separate or op == "qkv_grad_flash"  # one tensor per stream
+    nh = config.num_heads
+    per_cta = sorted({h for h in (2, nh // 2, nh) if h > 1 and nh % h == 0})
+    for heads, tile_n, threads, row_threads in itertools.product(
+            per_cta, WIDE_TILES, WIDE_THREADS, WIDE_ROW_THREADS):
+        slices = heads if heads_inner else heads * spec.num_streams
+        if slices * config.key_dim * (tile_n + 8) * config.itemsize > _STATIC_SMEM_BYTES:
+            continue
+        params = TiledParams(tile_n=tile_n, threads=threads, row_threads=row_threads,
+                             slices_per_cta=slices, heads_inner=heads_inner)
+        try:
+            rule.check_params(config, params)
+        except ValueError:
+            continue
+        yield params_as_dict(params)
+
+
 def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
           jobs: int, grid: str = "base") -> None:
     from psa_tvm.compiler import artifact
@@ -103,7 +164,12 @@ def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
     requests = []
     for nh, dtype, op in itertools.product(num_heads, dtypes, ops):
         config = OpConfig(KEY_DIM, nh, dtype)
-        cands = candidate_params(config) if grid == "base" else cta_candidate_params(config, op)
+        cands = (candidate_params(config) if grid == "base"
+                 else cta_candidate_params(config, op) if grid == "cta"
+                 else wide_candidate_params(config, op) if grid == "wide"
+                 else follow_up_candidate_params(config, op))
+        if grid in ("wide", "follow-up"):  # the op's own params too, timed in the same sessions
+            cands = [*cands, asdict(BuildRequest(config, "tiled", op=op).resolved_params())]
         for params in cands:
             requests.append(BuildRequest(config, "tiled", TiledParams(**params),
                                          preferred=False, op=op))
@@ -363,8 +429,10 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--dtypes", nargs="+", default=["float16"])
     b.add_argument("--ops", nargs="+", default=list(STREAM_OPS))
     b.add_argument("-j", "--jobs", type=int, default=1)
-    b.add_argument("--grid", choices=["base", "cta"], default="base",
-                   help="base: the 56-set grid; cta: the small grid of CTA_GRID")
+    b.add_argument("--grid", choices=["base", "cta", "wide", "follow-up"], default="base",
+                   help="base: the 56-set grid; cta: the small grid of CTA_GRID; wide: whole "
+                        "heads per CTA (WIDE_TILES); follow-up: FOLLOW_UP; the last two with "
+                        "each op's own params")
     t = sub.add_parser("time")
     t.add_argument("roots", nargs="+", help="artifact directories written by `build`")
     t.add_argument("--out", default="layout-tune")

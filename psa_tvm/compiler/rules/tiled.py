@@ -69,7 +69,9 @@ class TiledParams:
     ``[slices_per_cta, kd, tile_n]``). In the layout family's ``bnhd`` side ``[B, N, nh, S*kd]``
     consecutive streams of one head are adjacent, so with ``slices_per_cta = k`` a CTA's threads
     read (or write) ``k*kd``-element row pieces instead of ``kd``-element ones (64 -> 128-256
-    bytes for kd=32 in 16-bit types). Must divide ``S`` (or ``nh`` with ``heads_inner``); a
+    bytes for kd=32 in 16-bit types). Must divide ``S`` (or ``nh`` with ``heads_inner``), or be
+    whole heads (a multiple of ``S`` dividing ``nh*S``: the CTA then moves every stream of
+    ``k/S`` adjacent heads, up to a whole ``[tile_n, nh*S*kd]`` block of the bnhd side); a
     CTA's threads cover whole ``k*kd`` rows, ``row_threads`` of them per ``kd`` row. 1 is the
     kernel without it; left out of the stored params at 1 (digests unchanged)."""
     heads_inner: bool = field(default=False, metadata={"omit_default": True})
@@ -148,18 +150,30 @@ class Tiled(ScheduleRule):
         sch, name = new_schedule(func)
         block, b, h, s, d, n = pass_loops(sch, pass_)
         slices = params.slices_per_cta
-        grouped = sch.get(h if params.heads_inner else s).extent
-        if int(grouped) % slices:
-            raise ValueError(f"slices_per_cta={slices} does not divide the "
-                             f"{'heads' if params.heads_inner else 'streams'} ({grouped})")
-        if params.heads_inner:
-            sch.reorder(s, h)
-        if slices > 1:  # split the slice axis itself: the shared tile's index stays affine
+        streams, heads = int(sch.get(s).extent), int(sch.get(h).extent)
+        # More slices than streams: the CTA takes whole heads, slices / streams of them, whose
+        # streams are all adjacent in the bnhd layout (one k*kd piece per position).
+        across_heads = not params.heads_inner and slices > streams
+        if across_heads:
+            if slices % streams or (heads * streams) % slices:
+                raise ValueError(f"slices_per_cta={slices} is neither a divisor of the streams "
+                                 f"({streams}) nor whole heads dividing {heads} heads")
+            h, h_in = sch.split(h, [None, slices // streams])
+            slice_in = sch.fuse(h_in, s)
+            bhs = sch.fuse(b, h)
+        else:
+            grouped = heads if params.heads_inner else streams
+            if grouped % slices:
+                raise ValueError(f"slices_per_cta={slices} does not divide the "
+                                 f"{'heads' if params.heads_inner else 'streams'} ({grouped})")
             if params.heads_inner:
-                h, slice_in = sch.split(h, [None, slices])
-            else:
-                s, slice_in = sch.split(s, [None, slices])
-        bhs = sch.fuse(b, s, h) if params.heads_inner else sch.fuse(b, h, s)
+                sch.reorder(s, h)
+            if slices > 1:  # split the slice axis itself: the shared tile's index stays affine
+                if params.heads_inner:
+                    h, slice_in = sch.split(h, [None, slices])
+                else:
+                    s, slice_in = sch.split(s, [None, slices])
+            bhs = sch.fuse(b, s, h) if params.heads_inner else sch.fuse(b, h, s)
         n_tile, n_in = sch.split(n, [None, params.tile_n])
         if slices > 1:
             sch.reorder(bhs, n_tile, slice_in, n_in, d)
@@ -210,9 +224,9 @@ class Tiled(ScheduleRule):
         if slices > 1:
             # The slices' tiles are kd rows apart, a multiple of 128 bytes whenever kd is a
             # multiple of 8: pad them too, so the slices a warp touches land in other banks.
-            sch.storage_align(
-                aligned_block, 0, axis=1 if params.heads_inner else 2,
-                factor=_BANK_ROW_BYTES // config.itemsize,
-                offset=params.pad_bytes // config.itemsize,
-            )
+            for axis in ((1, 2) if across_heads else (1 if params.heads_inner else 2,)):
+                sch.storage_align(
+                    aligned_block, 0, axis=axis, factor=_BANK_ROW_BYTES // config.itemsize,
+                    offset=params.pad_bytes // config.itemsize,
+                )
         return finish(sch, name)
