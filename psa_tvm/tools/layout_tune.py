@@ -251,9 +251,19 @@ def _bits(t):
     return t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)
 
 
+def _flushed(calls: dict, profiler) -> dict:
+    """Median kernel time (us) of each call after an L2 flush (the issue's timing; the layout
+    benchmark's), candidates one after the other."""
+    for fn in calls.values():
+        fn()
+    return {key: profiler.median_us(fn) or float("nan") for key, fn in calls.items()}
+
+
 def time_pass(name: str, pass_: str, dim: int, batch: int, size: int, dtype_name: str,
-              cands: dict, root_of: dict, iters: int, rounds: int) -> list[dict]:
-    """Every candidate build in ``cands`` (key -> BuildSpec) of one op pass at one shape."""
+              cands: dict, root_of: dict, iters: int, rounds: int,
+              profiler=None) -> list[dict]:
+    """Every candidate build in ``cands`` (key -> BuildSpec) of one op pass at one shape; warm
+    L2 in interleaved rounds, or flushed with ``profiler`` (a ``KernelProfiler``)."""
     import torch
 
     from psa_tvm.runtime.stream_op import PsaStreamRuntimeOp
@@ -268,7 +278,10 @@ def time_pass(name: str, pass_: str, dim: int, batch: int, size: int, dtype_name
                for t, s in shapes.items()}
     output = GATHER_OUTPUT if pass_ == "forward" else SCATTER_OUTPUT
     read = sum(t.numel() for k, t in tensors.items() if k != output)
-    src = torch.randn(tensors[output].numel(), device="cuda", dtype=dtype, generator=gen)
+    # warm: a copy of the output's size (rounds interleaved); flushed: of the bytes read +
+    # written, as the layout benchmark's
+    copied = tensors[output].numel() if profiler is None else (read + tensors[output].numel()) // 2
+    src = torch.randn(copied, device="cuda", dtype=dtype, generator=gen)
     dst = torch.empty_like(src)
     calls = {"copy": lambda: dst.copy_(src)}
     for key, build in cands.items():
@@ -278,7 +291,7 @@ def time_pass(name: str, pass_: str, dim: int, batch: int, size: int, dtype_name
         def call(runtime=runtime):
             runtime.launch(pass_, tensors, batch, n, stream)
         calls[key] = call
-    best = _profile_rounds(calls, iters, rounds)
+    best = _profile_rounds(calls, iters, rounds) if profiler is None else _flushed(calls, profiler)
     # Every candidate must write what the first one writes (outputs poisoned first).
     reference, wrong = None, set()
     for key in cands:
@@ -289,7 +302,7 @@ def time_pass(name: str, pass_: str, dim: int, batch: int, size: int, dtype_name
             reference = got
         elif not torch.equal(got, reference):
             wrong.add(key)
-    moved = (read + dst.numel()) * src.element_size()
+    moved = (read + tensors[output].numel()) * src.element_size()
     copy_gbps = 2 * dst.numel() * src.element_size() / best["copy"] / 1e3
     return [{"op": name, "pass": pass_, "dim": dim, "nh": nh, "batch": batch, "size": size,
              "dtype": dtype_name, "cand": key, "params": cands[key].schedule_params,
@@ -300,9 +313,14 @@ def time_pass(name: str, pass_: str, dim: int, batch: int, size: int, dtype_name
 
 
 def time_candidates(roots: list[Path], out: Path, iters: int, rounds: int, top: int,
-                    budget_s: float) -> tuple[list[dict], dict]:
+                    budget_s: float, flush: bool = False) -> tuple[list[dict], dict]:
     """float16: every candidate at every shape; bfloat16: the ``top`` float16 winners per
-    (op, pass, num_heads) plus the default."""
+    (op, pass, num_heads) plus the default. ``flush``: L2 flushed before every run."""
+    profiler = None
+    if flush:
+        from psa_tvm.tools.timing import GpuTimer, KernelProfiler
+
+        profiler = KernelProfiler(GpuTimer(reps=5), reps=15)
     from psa_tvm.runtime.manifest import Manifest
 
     start = time.perf_counter()
@@ -336,7 +354,7 @@ def time_candidates(roots: list[Path], out: Path, iters: int, rounds: int, top: 
                         records.extend(time_pass(
                             name, pass_, dim, batch, size, dtype_name, chosen,
                             {k: root_of[k, name, nh, dtype_name] for k in chosen},
-                            iters, rounds))
+                            iters, rounds, profiler))
                     except Exception as err:  # keep going: one failure loses one row
                         records.append({"op": name, "pass": pass_, "dim": dim, "batch": batch,
                                         "size": size, "dtype": dtype_name,
@@ -440,6 +458,9 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--rounds", type=int, default=3)
     t.add_argument("--top", type=int, default=3, help="bfloat16: the float16 top N + default")
     t.add_argument("--budget-s", type=float, default=120.0)
+    t.add_argument("--flush", action="store_true",
+                   help="time each candidate after an L2 flush (KernelProfiler medians) "
+                        "against a copy of the bytes read + written")
     args = parser.parse_args(argv)
     if args.cmd == "build":
         build(Path(args.out), args.num_heads, args.dtypes, args.ops, args.jobs, args.grid)
@@ -447,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     records, defaults = time_candidates([Path(r) for r in args.roots], out, args.iters,
-                                        args.rounds, args.top, args.budget_s)
+                                        args.rounds, args.top, args.budget_s, args.flush)
     text = table(records, defaults)
     (out / "layout_tune.md").write_text(text + "\n")
     print(text)
