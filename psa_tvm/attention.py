@@ -613,7 +613,8 @@ def _extension_inference(backend: str, qkv: torch.Tensor, num_heads: int, key_di
     if ext is None:
         return None
     try:
-        return ext.attention_inference(_contig(qkv), num_heads, key_dim, height, width,
+        packed = qkv if _channels_last(qkv) else _contig(qkv)  # channels_last: no pack
+        return ext.attention_inference(packed, num_heads, key_dim, height, width,
                                        backend == "flash")
     except RuntimeError as err:
         if not str(err).startswith("PsaArtifactNotFound"):
@@ -649,7 +650,7 @@ def psa_attention(qkv: torch.Tensor, num_heads: int, key_dim: int, H: int, W: in
     if not (torch.is_grad_enabled() and qkv.requires_grad) and not torch.compiler.is_compiling():
         # Nothing to differentiate (inference): the forward alone, without the Function's
         # bookkeeping (~6 us of host time at batch 1, where YOLO inference is host-bound).
-        if qkv.is_cuda and type(qkv) is torch.Tensor and not _channels_last(qkv):
+        if qkv.is_cuda and type(qkv) is torch.Tensor:
             out = _extension_inference(chosen, qkv, num_heads, key_dim, H, W)
             if out is not None:
                 return out

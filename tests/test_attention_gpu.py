@@ -224,6 +224,27 @@ def test_channels_last_runs_no_layout_kernel(backend, batch):
 
 
 @pytest.mark.parametrize("backend", ["flash", "cudnn"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_channels_last_inference_in_one_extension_call(backend, batch):
+    """The PyTorch extension's one-call inference takes a channels_last qkv as it is (no pack)
+    and returns what the Python path does, bit for bit, channels_last."""
+    from psa_tvm.runtime import torch_ext
+
+    qkv = inputs((batch, 4 * NH * KD, 20, 20), torch.float16, "cuda").contiguous(
+        memory_format=_CL)
+    with torch.inference_mode():
+        native = A._extension_inference(backend, qkv, NH, KD, 20, 20)
+        if native is None:
+            pytest.skip("no PyTorch extension or native library here")
+        with torch_ext.suspended():
+            python = A.psa_attention(qkv, NH, KD, 20, 20, backend)
+    names = _kernel_names(lambda: A._extension_inference(backend, qkv, NH, KD, 20, 20))
+    assert not [n for n in names if n.startswith("psa_")], names
+    assert native.is_contiguous(memory_format=_CL) and native.shape == python.shape
+    assert bitwise_equal(native, python)
+
+
+@pytest.mark.parametrize("backend", ["flash", "cudnn"])
 def test_compile_fullgraph_dynamic(backend):
     compiled = torch.compile(lambda x, h, w: A.psa_attention(x, NH, KD, h, w, backend),
                              fullgraph=True, dynamic=True)

@@ -495,36 +495,53 @@ at::Tensor VPair(const at::Tensor& p, int64_t key_dim) {
 // and calls, in the same order): pack -> cuDNN on the full V (or two flash calls) -> back to
 // NCHW. psa_attention has checked the arguments; one call instead of a dozen Python-level
 // torch calls (batch-1 YOLO inference is host-bound).
+// [B, N, nh, d] (contiguous) as the [B, nh*d, H, W] channels_last tensor it is.
+at::Tensor ChannelsLastOf(const at::Tensor& p, int64_t height, int64_t width) {
+  return p.view({p.size(0), height, width, p.size(2) * p.size(3)}).permute({0, 3, 1, 2});
+}
+
 at::Tensor AttentionInference(const at::Tensor& qkv, int64_t num_heads, int64_t key_dim,
                               int64_t height, int64_t width, bool flash) {
   const Bound& b = bound();
   const int64_t batch = qkv.size(0), n = height * width;
-  at::Tensor p = Empty({batch, n, num_heads, 4 * key_dim}, qkv);
-  StreamRun(b.op_qkv, 1, batch, n, num_heads, key_dim, {qkv, p});
-  at::Tensor out = Empty({batch, 2 * num_heads * key_dim, height, width}, qkv);
+  // A channels_last qkv is the packed tensor itself (psa_tvm.attention._pack): no pack, and a
+  // channels_last result (cuDNN's output as it is; flash's halves joined by one cat).
+  const bool channels_last =
+      !qkv.is_contiguous() && qkv.is_contiguous(at::MemoryFormat::ChannelsLast);
+  at::Tensor p;
+  if (channels_last) {
+    p = qkv.permute({0, 2, 3, 1}).reshape({batch, n, num_heads, 4 * key_dim});
+  } else {
+    p = Empty({batch, n, num_heads, 4 * key_dim}, qkv);
+    StreamRun(b.op_qkv, 1, batch, n, num_heads, key_dim, {qkv, p});
+  }
   const double scale = 1.0 / std::sqrt(static_cast<double>(key_dim));
   const at::Tensor q = Chunk(p, key_dim, 0, 1), k = Chunk(p, key_dim, 1, 1);
   if (!flash) {
     const at::Tensor o = std::get<0>(at::_scaled_dot_product_cudnn_attention(
-        q, k, Chunk(p, key_dim, 2, 2), c10::nullopt, false, 0.0, false, false, scale));
-    StreamRun(b.op_attn, 0, batch, n, num_heads, key_dim,
-              {o.transpose(1, 2).contiguous(), out});
+        q, k, Chunk(p, key_dim, 2, 2), c10::nullopt, false, 0.0, false, false, scale))
+        .transpose(1, 2).contiguous();
+    if (channels_last) return ChannelsLastOf(o, height, width);
+    at::Tensor out = Empty({batch, 2 * num_heads * key_dim, height, width}, qkv);
+    StreamRun(b.op_attn, 0, batch, n, num_heads, key_dim, {o, out});
     return out;
   }
+  at::Tensor lo, hi;
   if (batch == 1) {  // one flash call for both halves (psa_tvm.attention._flash_inference)
     const at::Tensor o = std::get<0>(at::_scaled_dot_product_flash_attention(
         q.expand({2, -1, -1, -1}), k.expand({2, -1, -1, -1}), VPair(p, key_dim), 0.0, false,
         false, scale)).transpose(1, 2).contiguous();
-    StreamRun(b.op_attn_flash, 0, batch, n, num_heads, key_dim,
-              {o.narrow(0, 0, 1), o.narrow(0, 1, 1), out});
-    return out;
+    lo = o.narrow(0, 0, 1);
+    hi = o.narrow(0, 1, 1);
+  } else {
+    lo = std::get<0>(at::_scaled_dot_product_flash_attention(
+        q, k, Chunk(p, key_dim, 2, 1), 0.0, false, false, scale)).transpose(1, 2).contiguous();
+    hi = std::get<0>(at::_scaled_dot_product_flash_attention(
+        q, k, Chunk(p, key_dim, 3, 1), 0.0, false, false, scale)).transpose(1, 2).contiguous();
   }
-  const at::Tensor lo = std::get<0>(at::_scaled_dot_product_flash_attention(
-      q, k, Chunk(p, key_dim, 2, 1), 0.0, false, false, scale));
-  const at::Tensor hi = std::get<0>(at::_scaled_dot_product_flash_attention(
-      q, k, Chunk(p, key_dim, 3, 1), 0.0, false, false, scale));
-  StreamRun(b.op_attn_flash, 0, batch, n, num_heads, key_dim,
-            {lo.transpose(1, 2).contiguous(), hi.transpose(1, 2).contiguous(), out});
+  if (channels_last) return ChannelsLastOf(at::cat({lo, hi}, 3), height, width);
+  at::Tensor out = Empty({batch, 2 * num_heads * key_dim, height, width}, qkv);
+  StreamRun(b.op_attn_flash, 0, batch, n, num_heads, key_dim, {lo, hi, out});
   return out;
 }
 
