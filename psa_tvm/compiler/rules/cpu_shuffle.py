@@ -134,9 +134,9 @@ class CpuShuffle:
     Params: ClassVar[type] = CpuShuffleParams
 
     def default_params(self, config: OpConfig) -> CpuShuffleParams:
-        # lane_tail: measured (docs/perf.md, v12) 0.3-0.6 us faster at 1x37x29 and 1 us at
-        # 16x1x33 for 16-bit types (2 threads), but 0.4-1.4 us slower for float32 at the same
-        # shapes, where the whole forward loop compiles differently.
+        # lane_tail: measured (docs/bench-tails/cpu11, 2 threads) 0.3-0.8 us faster at N=1073
+        # and 1.0-1.2 us at 16x1x33 for 16-bit types, but 0.5-1.5 us slower for float32 at the
+        # same shapes, where the whole forward loop compiles differently.
         return CpuShuffleParams(lane_tail=config.itemsize == 2)
 
     def lane_elems(self, config: OpConfig) -> int:
