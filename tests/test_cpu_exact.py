@@ -363,3 +363,33 @@ def test_every_shuffle_tile_shape_is_exact(dtype):
             module[f"{name}_backward"](expected.view(2, 2, 2, 32, n), d_lo.tensor, d_hi.tensor, n)
             assert bitwise_equal(d_lo.tensor, lo) and bitwise_equal(d_hi.tensor, hi), (name, n)
             assert d_lo.canaries_intact() and d_hi.canaries_intact(), (name, n)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_square_forward_lane_tail_on_and_off_is_exact(dtype):
+    """Square forward tiles with the rest of N by one lane tile (``lane_tail``, the 16-bit
+    default) and without (the float32 default), compiled from the rule directly: every rest
+    ``N % lanes`` (0, up to E, above E) around one and two tiles, N below a tile (the scalar
+    loop), 1073 (37x29); poisoned outputs with canaries, inputs one element off alignment."""
+    import tvm
+
+    from psa_tvm.compiler.cpu import SHUFFLE, cpu_target
+    from psa_tvm.compiler.rules.cpu_shuffle import CpuShuffleParams
+    from psa_tvm.config import OpConfig
+
+    config = OpConfig(32, 2, dtype)
+    lanes = SHUFFLE.lanes(config, CpuShuffleParams())
+    assert SHUFFLE.default_params(config).lane_tail == (config.itemsize == 2)
+    funcs = {f"tail_{on}": SHUFFLE.build("forward", config, CpuShuffleParams(lane_tail=on),
+                                         name=f"tail_{on}") for on in (True, False)}
+    module = tvm.compile(tvm.IRModule(funcs), target=cpu_target()).mod
+    torch_dtype = DTYPES[dtype]
+    for n in (*range(1, 2 * lanes + 3), 3 * lanes - 1, 1073):
+        shape = half_shape(2, 2, 1, n, 32)
+        lo, hi = _misaligned(shape, torch_dtype, n), _misaligned(shape, torch_dtype, n + 1)
+        expected = reference.merge(lo, hi, 2, 1, n)
+        for name in funcs:
+            out = poisoned(expected.shape, torch_dtype, "cpu", 1)
+            module[name](lo, hi, out.tensor.view(2, 2, 2, 32, n), n)
+            assert bitwise_equal(out.tensor, expected), (name, n)
+            assert out.canaries_intact(), (name, n)

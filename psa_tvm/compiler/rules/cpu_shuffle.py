@@ -70,6 +70,11 @@ class CpuShuffleParams:
     """Square ``lanes x lanes`` tiles: two in-lane transposes joined by one cross-lane shuffle
     per result (``vperm2f128``/``vperm2i128``), stored as whole vectors (half the stores);
     ``False``: lane tiles, each 128-bit half stored on its own."""
+    lane_tail: bool = False
+    """Square forward tiles: the last ``N % lanes`` positions by one lane tile (``E`` positions,
+    16-byte stores) at ``N - E`` where they fit in one, instead of a whole square tile at
+    ``N - lanes``; the full tiles at ``0, lanes, 2 * lanes ...``. On by default for 16-bit types
+    (:meth:`CpuShuffle.default_params`)."""
 
 
 def _i32(value: int) -> tirx.IntImm:
@@ -129,7 +134,10 @@ class CpuShuffle:
     Params: ClassVar[type] = CpuShuffleParams
 
     def default_params(self, config: OpConfig) -> CpuShuffleParams:
-        return CpuShuffleParams()
+        # lane_tail: measured (docs/bench-tails/cpu11, 2 threads) 0.3-0.8 us faster at N=1073
+        # and 1.0-1.2 us at 16x1x33 for 16-bit types, but 0.5-1.5 us slower for float32 at the
+        # same shapes, where the whole forward loop compiles differently.
+        return CpuShuffleParams(lane_tail=config.itemsize == 2)
 
     def lane_elems(self, config: OpConfig) -> int:
         """Elements per 128-bit lane: the tile's short side."""
@@ -209,7 +217,8 @@ class CpuShuffle:
                     with T.If(s == side), T.Then(), T.If(n_total >= tile_n):
                         with T.Then():
                             self._tiles(forward, half, merged, row, b, h, s, n_total, kd, elems,
-                                        lanes, tile_n, load, store, self.square(config, params))
+                                        lanes, tile_n, load, store, self.square(config, params),
+                                        params.lane_tail)
                         with T.Else():  # N < tile_n: a few positions, one element at a time
                             self._scalar(forward, half, merged, row, b, h, s, n_total, kd)
         return builder.get()
@@ -224,8 +233,12 @@ class CpuShuffle:
 
     @staticmethod
     def _tiles(forward, half, merged, row, b, h, s, n_total, kd, elems, lanes, tile_n, load,
-               store, square) -> None:
+               store, square, lane_tail=False) -> None:
         """Every tile of one slice; the last one starts at ``N - tile_n`` (overlapping)."""
+        if square and forward and lane_tail:
+            CpuShuffle._square_tiles_lane_tail(half, merged, row, b, h, s, n_total, kd, lanes,
+                                               elems, load, store)
+            return
         if square:
             CpuShuffle._square_tiles(forward, half, merged, row, b, h, s, n_total, kd, lanes,
                                      elems, load, store)
@@ -234,26 +247,33 @@ class CpuShuffle:
         with T.serial(_i64(0), (n_total + (tile_n - 1)) // tile_n) as n_tile:
             n0 = T.Bind(T.min(n_tile * tile_n, n_total - tile_n))
             with T.serial(_i64(0), _i64(kd // d_step)) as d_tile:
-                d0 = T.Bind(d_tile * d_step)
-                if forward:  # rows of lo/hi: E positions, `lanes` channels each
-                    rows = [T.Bind(load(half, [row, n0 + i, _ramp(d0, lanes)], lanes))
-                            for i in range(elems)]
-                else:  # rows of the merged tensor: E channels, `lanes` positions each
-                    rows = [T.Bind(load(merged, [b, h, s, d0 + i, _ramp(n0, lanes)], lanes))
-                            for i in range(elems)]
-                vectors, labels = lane_transpose(rows, lanes, elems, T.Bind)
-                for vector, label in zip(vectors, labels, strict=True):
-                    for lane in range(lanes // elems):
-                        part = label[lane * elems:(lane + 1) * elems]
-                        column = part[0][1]
-                        # Each 128-bit half is one source column, rows 0..E-1 in order.
-                        assert part == [(i, column) for i in range(elems)], label
-                        value = vector if lanes == elems else tirx.Shuffle(
-                            [vector], [_i32(lane * elems + j) for j in range(elems)])
-                        if forward:
-                            store(merged, value, [b, h, s, d0 + column, _ramp(n0, elems)], elems)
-                        else:
-                            store(half, value, [row, n0 + column, _ramp(d0, elems)], elems)
+                CpuShuffle._lane_tile(forward, half, merged, row, b, h, s, n0,
+                                      T.Bind(d_tile * d_step), elems, lanes, load, store)
+
+    @staticmethod
+    def _lane_tile(forward, half, merged, row, b, h, s, n0, d0, elems, lanes, load,
+                   store) -> None:
+        """One lane tile: forward ``E`` positions x ``lanes`` channels, backward ``E`` channels x
+        ``lanes`` positions; each 128-bit half of a result is stored on its own."""
+        if forward:  # rows of lo/hi: E positions, `lanes` channels each
+            rows = [T.Bind(load(half, [row, n0 + i, _ramp(d0, lanes)], lanes))
+                    for i in range(elems)]
+        else:  # rows of the merged tensor: E channels, `lanes` positions each
+            rows = [T.Bind(load(merged, [b, h, s, d0 + i, _ramp(n0, lanes)], lanes))
+                    for i in range(elems)]
+        vectors, labels = lane_transpose(rows, lanes, elems, T.Bind)
+        for vector, label in zip(vectors, labels, strict=True):
+            for lane in range(lanes // elems):
+                part = label[lane * elems:(lane + 1) * elems]
+                column = part[0][1]
+                # Each 128-bit half is one source column, rows 0..E-1 in order.
+                assert part == [(i, column) for i in range(elems)], label
+                value = vector if lanes == elems else tirx.Shuffle(
+                    [vector], [_i32(lane * elems + j) for j in range(elems)])
+                if forward:
+                    store(merged, value, [b, h, s, d0 + column, _ramp(n0, elems)], elems)
+                else:
+                    store(half, value, [row, n0 + column, _ramp(d0, elems)], elems)
 
     @staticmethod
     def _square_tiles(forward, half, merged, row, b, h, s, n_total, kd, lanes, elems, load,
@@ -261,27 +281,53 @@ class CpuShuffle:
         """``lanes x lanes`` tiles: in-lane transposes of rows ``0..E-1`` and ``E..2E-1``, then
         result ``k`` of both joined lane by lane (two 128-bit lanes: ``lanes == 2 * E``)."""
         with T.serial(_i64(0), (n_total + (lanes - 1)) // lanes) as n_tile:
-            n0 = T.Bind(T.min(n_tile * lanes, n_total - lanes))
-            with T.serial(_i64(0), _i64(kd // lanes)) as d_tile:
-                d0 = T.Bind(d_tile * lanes)
-                if forward:
-                    rows = [T.Bind(load(half, [row, n0 + i, _ramp(d0, lanes)], lanes))
-                            for i in range(lanes)]
-                else:
-                    rows = [T.Bind(load(merged, [b, h, s, d0 + i, _ramp(n0, lanes)], lanes))
-                            for i in range(lanes)]
-                top, top_labels = lane_transpose(rows[:elems], lanes, elems, T.Bind)
-                bottom, bottom_labels = lane_transpose(rows[elems:], lanes, elems, T.Bind)
-                for k in range(elems):
-                    both = top_labels[k] + [(r + elems, c) for r, c in bottom_labels[k]]
-                    for lane in range(2):
-                        indices = ([lane * elems + j for j in range(elems)]
-                                   + [lanes + lane * elems + j for j in range(elems)])
-                        label = [both[i] for i in indices]
-                        column = label[0][1]
-                        assert label == [(i, column) for i in range(lanes)], label
-                        value = tirx.Shuffle([top[k], bottom[k]], [_i32(i) for i in indices])
-                        if forward:
-                            store(merged, value, [b, h, s, d0 + column, _ramp(n0, lanes)], lanes)
-                        else:
-                            store(half, value, [row, n0 + column, _ramp(d0, lanes)], lanes)
+            CpuShuffle._square_tile(forward, half, merged, row, b, h, s,
+                                    T.Bind(T.min(n_tile * lanes, n_total - lanes)), kd, lanes,
+                                    elems, load, store)
+
+    @staticmethod
+    def _square_tiles_lane_tail(half, merged, row, b, h, s, n_total, kd, lanes, elems, load,
+                                store) -> None:
+        """Forward: square tiles at ``0, lanes, ...`` (no overlap), then the last
+        ``N % lanes`` positions by one lane tile at ``N - E`` where ``N % lanes <= E``, else by
+        one square tile at ``N - lanes``: half a tile's loads and shuffles instead of a whole
+        one where the rest is short (``N`` = 33, 1073, 16-bit)."""
+        with T.serial(_i64(0), n_total // lanes) as n_tile:
+            CpuShuffle._square_tile(True, half, merged, row, b, h, s, T.Bind(n_tile * lanes),
+                                    kd, lanes, elems, load, store)
+        rest = n_total % lanes
+        with T.If(tirx.all(rest > 0, rest <= elems)), T.Then(), \
+                T.serial(_i64(0), _i64(kd // lanes)) as d_tile:
+            CpuShuffle._lane_tile(True, half, merged, row, b, h, s, T.Bind(n_total - elems),
+                                  T.Bind(d_tile * lanes), elems, lanes, load, store)
+        with T.If(rest > elems), T.Then():
+            CpuShuffle._square_tile(True, half, merged, row, b, h, s, T.Bind(n_total - lanes),
+                                    kd, lanes, elems, load, store)
+
+    @staticmethod
+    def _square_tile(forward, half, merged, row, b, h, s, n0, kd, lanes, elems, load,
+                     store) -> None:
+        """Positions ``n0..n0+lanes-1`` of one slice, every channel block."""
+        with T.serial(_i64(0), _i64(kd // lanes)) as d_tile:
+            d0 = T.Bind(d_tile * lanes)
+            if forward:
+                rows = [T.Bind(load(half, [row, n0 + i, _ramp(d0, lanes)], lanes))
+                        for i in range(lanes)]
+            else:
+                rows = [T.Bind(load(merged, [b, h, s, d0 + i, _ramp(n0, lanes)], lanes))
+                        for i in range(lanes)]
+            top, top_labels = lane_transpose(rows[:elems], lanes, elems, T.Bind)
+            bottom, bottom_labels = lane_transpose(rows[elems:], lanes, elems, T.Bind)
+            for k in range(elems):
+                both = top_labels[k] + [(r + elems, c) for r, c in bottom_labels[k]]
+                for lane in range(2):
+                    indices = ([lane * elems + j for j in range(elems)]
+                               + [lanes + lane * elems + j for j in range(elems)])
+                    label = [both[i] for i in indices]
+                    column = label[0][1]
+                    assert label == [(i, column) for i in range(lanes)], label
+                    value = tirx.Shuffle([top[k], bottom[k]], [_i32(i) for i in indices])
+                    if forward:
+                        store(merged, value, [b, h, s, d0 + column, _ramp(n0, lanes)], lanes)
+                    else:
+                        store(half, value, [row, n0 + column, _ramp(d0, lanes)], lanes)
