@@ -22,7 +22,7 @@ import itertools
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -71,23 +71,37 @@ CTA_GRID = (
 )
 
 
-def cta_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
-    """:data:`CTA_GRID` for one family op: the sets whose ``slices_per_cta`` divides the op's
-    streams (heads with ``heads_inner``) and that pass the rule's check."""
+def _checked(config: OpConfig, sets: Iterable) -> Iterator[dict]:
+    """The ``TiledParams`` of ``sets`` that pass the rule's own check, as stored."""
     from psa_tvm.compiler.rules.base import params_as_dict
-    from psa_tvm.compiler.rules.tiled import Tiled, TiledParams
+    from psa_tvm.compiler.rules.tiled import Tiled
 
-    rule, streams = Tiled(), STREAM_OPS[op].num_streams
-    for tile_n, threads, row_threads, slices, heads_inner, pad in CTA_GRID:
-        if (config.num_heads if heads_inner else streams) % slices:
-            continue
-        params = TiledParams(tile_n=tile_n, threads=threads, row_threads=row_threads,
-                             pad_bytes=pad, slices_per_cta=slices, heads_inner=heads_inner)
+    rule = Tiled()
+    for params in sets:
         try:
             rule.check_params(config, params)
         except ValueError:
             continue
         yield params_as_dict(params)
+
+
+def _grouping(config: OpConfig, op: str, rows: Iterable[tuple]) -> Iterator[dict]:
+    """Rows ``(tile_n, threads, row_threads, slices_per_cta, heads_inner, pad_bytes)`` whose
+    ``slices_per_cta`` divides the op's streams (heads with ``heads_inner``), checked."""
+    from psa_tvm.compiler.rules.tiled import TiledParams
+
+    streams = STREAM_OPS[op].num_streams
+    return _checked(config, (
+        TiledParams(tile_n=tile_n, threads=threads, row_threads=row_threads, pad_bytes=pad,
+                    slices_per_cta=slices, heads_inner=heads_inner)
+        for tile_n, threads, row_threads, slices, heads_inner, pad in rows
+        if (config.num_heads if heads_inner else streams) % slices == 0))
+
+
+def cta_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
+    """:data:`CTA_GRID` for one family op: the sets whose ``slices_per_cta`` divides the op's
+    streams (heads with ``heads_inner``) and that pass the rule's check."""
+    return _grouping(config, op, CTA_GRID)
 
 
 # The whole-heads grid: a CTA moves every stream of several adjacent heads (slices_per_cta a
@@ -104,51 +118,33 @@ _STATIC_SMEM_BYTES = 46 * 1024
 # After the whole-heads grid (docs/bench-layout/wide_tune_h200.md): its winner for attn_flash,
 # two heads of a stream per CTA with 256 threads and 2 threads per kd row, and that shape of
 # CTA for the other ops (two streams of a head: slices_per_cta=2 without heads_inner).
-# (tile_n, threads, row_threads, slices_per_cta, heads_inner)
-FOLLOW_UP = ((64, 256, 2, 2, True), (64, 128, 2, 2, True), (64, 256, 4, 2, True),
-             (64, 256, 2, 2, False), (64, 128, 2, 2, False), (64, 256, 4, 2, False),
-             (128, 256, 2, 2, False), (128, 256, 2, 2, True))
+# (tile_n, threads, row_threads, slices_per_cta, heads_inner, pad_bytes)
+FOLLOW_UP = ((64, 256, 2, 2, True, 16), (64, 128, 2, 2, True, 16), (64, 256, 4, 2, True, 16),
+             (64, 256, 2, 2, False, 16), (64, 128, 2, 2, False, 16), (64, 256, 4, 2, False, 16),
+             (128, 256, 2, 2, False, 16), (128, 256, 2, 2, True, 16))
 
 
 def follow_up_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     """:data:`FOLLOW_UP` for one op, where it groups the op's slices."""
-    from psa_tvm.compiler.rules.base import params_as_dict
-    from psa_tvm.compiler.rules.tiled import Tiled, TiledParams
-
-    rule, streams = Tiled(), STREAM_OPS[op].num_streams
-    for tile_n, threads, row_threads, slices, heads_inner in FOLLOW_UP:
-        if (config.num_heads if heads_inner else streams) % slices:
-            continue
-        params = TiledParams(tile_n=tile_n, threads=threads, row_threads=row_threads,
-                             slices_per_cta=slices, heads_inner=heads_inner)
-        try:
-            rule.check_params(config, params)
-        except ValueError:
-            continue
-        yield params_as_dict(params)
+    return _grouping(config, op, FOLLOW_UP)
 
 
 def wide_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     """The whole-heads grid for one family op (see :data:`WIDE_TILES`)."""
-    from psa_tvm.compiler.rules.base import params_as_dict
-    from psa_tvm.compiler.rules.tiled import Tiled, TiledParams
+    from psa_tvm.compiler.rules.tiled import TiledParams
 
-    rule, spec = Tiled(), STREAM_OPS[op]
+    spec = STREAM_OPS[op]
     heads_inner = spec.separate or op == "qkv_grad_flash"  # one tensor per stream
     nh = config.num_heads
     per_cta = sorted({h for h in (2, nh // 2, nh) if h > 1 and nh % h == 0})
+    sets = []
     for heads, tile_n, threads, row_threads in itertools.product(
             per_cta, WIDE_TILES, WIDE_THREADS, WIDE_ROW_THREADS):
         slices = heads if heads_inner else heads * spec.num_streams
-        if slices * config.key_dim * (tile_n + 8) * config.itemsize > _STATIC_SMEM_BYTES:
-            continue
-        params = TiledParams(tile_n=tile_n, threads=threads, row_threads=row_threads,
-                             slices_per_cta=slices, heads_inner=heads_inner)
-        try:
-            rule.check_params(config, params)
-        except ValueError:
-            continue
-        yield params_as_dict(params)
+        if slices * config.key_dim * (tile_n + 8) * config.itemsize <= _STATIC_SMEM_BYTES:
+            sets.append(TiledParams(tile_n=tile_n, threads=threads, row_threads=row_threads,
+                                    slices_per_cta=slices, heads_inner=heads_inner))
+    return _checked(config, sets)
 
 
 def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
