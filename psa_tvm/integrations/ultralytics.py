@@ -57,17 +57,17 @@ def attention_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     n = height * width
     if _channels_last(qkv):
         # a channels_last model: v stays channels_last for pe (one copy, as stock's reshape)
-        v = _nhwc_heads(qkv, num_heads)[..., 2 * key_dim:]
-        pe = self.pe(_channels_last_of(v, height, width))
-    elif qkv.is_contiguous() and not torch.compiler.is_compiling():
-        # v (the last 2*kd channels of each head's 4*kd) as one view op, not a view + slice
-        v = qkv.as_strided((b, num_heads, 2 * key_dim, n),
-                           (num_heads * 4 * key_dim * n, 4 * key_dim * n, n, 1),
-                           qkv.storage_offset() + 2 * key_dim * n)
-        pe = self.pe(v.reshape(b, c, height, width))
+        v = _channels_last_of(_nhwc_heads(qkv, num_heads)[..., 2 * key_dim:], height, width)
     else:
-        v = qkv.view(b, num_heads, 4 * key_dim, n)[:, :, 2 * key_dim:]
-        pe = self.pe(v.reshape(b, c, height, width))
+        if qkv.is_contiguous() and not torch.compiler.is_compiling():
+            # v (the last 2*kd channels of each head's 4*kd) as one view op, not view + slice
+            v = qkv.as_strided((b, num_heads, 2 * key_dim, n),
+                               (num_heads * 4 * key_dim * n, 4 * key_dim * n, n, 1),
+                               qkv.storage_offset() + 2 * key_dim * n)
+        else:
+            v = qkv.view(b, num_heads, 4 * key_dim, n)[:, :, 2 * key_dim:]
+        v = v.reshape(b, c, height, width)
+    pe = self.pe(v)
     if torch.is_grad_enabled() and (pe.requires_grad or out.requires_grad):
         return self.proj(out + pe)
     return self.proj(out.add_(pe))  # inference: into psa_attention's fresh output, no allocation

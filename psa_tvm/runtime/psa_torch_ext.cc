@@ -491,15 +491,15 @@ at::Tensor VPair(const at::Tensor& p, int64_t key_dim) {
                       p.storage_offset() + 2 * key_dim);
 }
 
-// psa_tvm.attention._flash_forward / _cudnn_forward for inference, in C++ (the same kernels
-// and calls, in the same order): pack -> cuDNN on the full V (or two flash calls) -> back to
-// NCHW. psa_attention has checked the arguments; one call instead of a dozen Python-level
-// torch calls (batch-1 YOLO inference is host-bound).
 // [B, N, nh, d] (contiguous) as the [B, nh*d, H, W] channels_last tensor it is.
 at::Tensor ChannelsLastOf(const at::Tensor& p, int64_t height, int64_t width) {
   return p.view({p.size(0), height, width, p.size(2) * p.size(3)}).permute({0, 3, 1, 2});
 }
 
+// psa_tvm.attention._flash_forward / _cudnn_forward for inference, in C++ (the same kernels
+// and calls, in the same order): pack -> cuDNN on the full V (or two flash calls) -> back to
+// NCHW. psa_attention has checked the arguments; one call instead of a dozen Python-level
+// torch calls (batch-1 YOLO inference is host-bound).
 at::Tensor AttentionInference(const at::Tensor& qkv, int64_t num_heads, int64_t key_dim,
                               int64_t height, int64_t width, bool flash) {
   const Bound& b = bound();

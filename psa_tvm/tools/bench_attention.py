@@ -38,6 +38,7 @@ from psa_tvm.runtime import env
 from psa_tvm.tools.timing import GpuTimer, KernelProfiler
 
 IMPLS = ("stock", "sdpa_eager", "flash", "cudnn")
+FUSED_IMPLS = ("flash", "cudnn")  # psa_attention's paths: their layout share is recorded
 # (dim, batch, H=W): the issue's reference shapes first, then the YOLO grid.
 TARGET_SHAPES = ((384, 16, 40), (256, 8, 80), (384, 32, 20))
 GRID_SHAPES = tuple((256, b, s) for s in (20, 40, 80) for b in (1, 16, 64))
@@ -148,9 +149,8 @@ def bench_core(dim: int, batch: int, size: int, dtype: torch.dtype, mode: str,
             records.append({**record, "skipped": f"{type(err).__name__}: {str(err)[:120]}"})
             continue
         ours = sum(t for name, t in kernels.items() if name.startswith("psa_"))
-        fused = impl in ("flash", "cudnn")
         records.append({**record, "gpu_us": gpu, "wall_us": wall, "psa_kernels_us": ours,
-                        "layout_kernels_us": layout_us(kernels) if fused else None,
+                        "layout_kernels_us": layout_us(kernels) if impl in FUSED_IMPLS else None,
                         "kernels": {k[:80]: round(v, 2) for k, v in kernels.items()}})
     return records
 
@@ -190,7 +190,7 @@ def bench_block(c1: int, batch: int, size: int, dtype: torch.dtype, qkv_format: 
         block = block.to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
         x_attention = x_attention.contiguous(memory_format=torch.channels_last)
-    impls = ("stock", "flash", "cudnn")
+    impls = ("stock", *FUSED_IMPLS)
     parts = {"c2psa": lambda: block(x), "c2psa.attention": lambda: attention(x_attention)}
     walls: dict[tuple[str, str], list[float]] = {}
     cpus: dict[tuple[str, str], list[float]] = {}
@@ -336,7 +336,7 @@ def markdown(records: list[dict]) -> str:
         # older records hold only the psa-tvm kernels' time (then the only layout kernels)
         layout = r.get("layout_kernels_us", r.get("psa_kernels_us"))
         share = f"{100 * layout / r['gpu_us']:.1f}" if layout is not None and \
-            r["impl"] in ("flash", "cudnn") else ""
+            r["impl"] in FUSED_IMPLS else ""
         wall = f"{r['wall_us']:.1f}"
         if "wall_median_us" in r:  # the blocks: best round (median round; host CPU time)
             wall += f" ({r['wall_median_us']:.0f}; cpu {r['cpu_us']:.0f})"

@@ -134,7 +134,8 @@ def wide_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     from psa_tvm.compiler.rules.tiled import TiledParams
 
     spec = STREAM_OPS[op]
-    heads_inner = spec.separate or op == "qkv_grad_flash"  # one tensor per stream
+    # a stream per tensor (flash's dq/dk/lo/hi): a CTA's heads of one stream are adjacent
+    heads_inner = all(chunk == 0 for sources in spec.streams for _, chunk in sources)
     nh = config.num_heads
     per_cta = sorted({h for h in (2, nh // 2, nh) if h > 1 and nh % h == 0})
     sets = []
