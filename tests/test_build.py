@@ -22,6 +22,7 @@ from tvm import tirx
 from psa_tvm import cli
 from psa_tvm._version import __version__
 from psa_tvm.compiler import cpu
+from psa_tvm.compiler import shifted as shifted_kernels
 from psa_tvm.compiler.artifact import (
     BuildRequest,
     build_artifacts,
@@ -115,7 +116,7 @@ def test_manifest_has_every_dtype_schedule_and_arch(manifest, raw_manifest):
 
 def test_every_build_has_its_kernel_variants(manifest):
     for build in manifest.builds:
-        variants = {(k.pass_, k.vec_kd, k.vec, k.index_dtype) for k in build.kernels}
+        variants = {(k.pass_, k.vec_kd, k.vec, k.index_dtype, k.shifted) for k in build.kernels}
         assert len(variants) == len(build.kernels), "duplicate variants"
         itemsize = ITEMSIZE[build.config.dtype]
         if build.schedule == "rowwise":
@@ -128,7 +129,7 @@ def test_every_build_has_its_kernel_variants(manifest):
             assert widest == build.vector_width
             for index_dtype in ("int32", "int64"):
                 widths = [(k.vec_kd, k.vec) for k in build.kernels
-                          if k.pass_ == pass_ and k.index_dtype == index_dtype]
+                          if k.pass_ == pass_ and k.index_dtype == index_dtype and not k.shifted]
                 assert sorted(widths, reverse=True) == sorted(
                     variant_widths(build.vector_width, index_dtype), reverse=True)
                 assert (1, 1) in widths, f"{build.source.name}: no scalar {pass_} kernel"
@@ -137,8 +138,15 @@ def test_every_build_has_its_kernel_variants(manifest):
                     assert max(w[0] for w in widths) > 1, "tiled vectorizes every index width"
         for kernel in build.kernels:
             symbol = kernel_symbol(kernel.pass_, build.schedule, kernel.vec, kernel.index_dtype,
-                                   kernel.vec_kd)
+                                   kernel.vec_kd, shifted=kernel.shifted)
             assert kernel.entry == f"{symbol}_kernel"
+        # Tiled merge builds add the shifted N side (int32, both passes).
+        shifted = {k.pass_ for k in build.kernels if k.shifted}
+        if build.schedule == "tiled" and build.op == "merge" and shifted_kernels.fits(
+                build.config, shifted_kernels.default_params(build.config)) is None:
+            assert shifted == {"forward", "backward"}
+        else:
+            assert not shifted
 
 
 # ----------------------------------------------------------------------- manifest vs TIR
@@ -164,7 +172,8 @@ def tir_value(expr, env: dict[str, int]) -> int:
 
 
 def thread_extents(func) -> dict[str, list]:
-    """Launch tag -> extents of the loops the schedule bound to it."""
+    """Launch tag -> extents of the loops the schedule bound to it (or, in a hand-written
+    kernel such as compiler/shifted.py's, of its ``T.launch_thread`` statements)."""
     extents: dict[str, list] = {}
 
     def visit(loop) -> bool:
@@ -172,7 +181,12 @@ def thread_extents(func) -> dict[str, list]:
             extents.setdefault(loop.thread_binding.thread_tag, []).append(loop.extent)
         return True
 
-    tvm_ffi.structural_walk(func.body, (tirx.For, visit))
+    def visit_attr(stmt) -> bool:
+        if stmt.attr_key == "thread_extent":
+            extents.setdefault(stmt.node.thread_tag, []).append(stmt.value)
+        return True
+
+    tvm_ffi.structural_walk(func.body, ((tirx.For, visit), (tirx.AttrStmt, visit_attr)))
     return extents
 
 
@@ -210,7 +224,7 @@ def test_manifest_contract_matches_lowered_tir(manifest, raw_manifest, dtype, sc
         bound = thread_extents(func)
         assert set(bound) <= {f"{k}.{a}" for k in ("blockIdx", "threadIdx") for a in "xyz"}
         for batch, nv in ((1, 1), (3, 50), (7, 91), (64, 4096)):
-            env = {"B": batch, "NV": nv}
+            env = {"B": batch, "NV": nv, "N": nv}  # shifted kernels take N itself
             for kind, exprs in (("blockIdx", kernel.grid), ("threadIdx", kernel.block)):
                 for axis, expr in zip("xyz", exprs, strict=True):
                     values = {tir_value(e, env) for e in bound.get(f"{kind}.{axis}", [1])}
@@ -219,7 +233,7 @@ def test_manifest_contract_matches_lowered_tir(manifest, raw_manifest, dtype, sc
         tensors = [p.tensor for p in kernel.params if p.kind == "ptr"]
         assert sorted(tensors) == sorted(p.name for p in func.params if hasattr(p.ty, "shape"))
         scalars = [p.name for p in kernel.params if p.kind != "ptr"]
-        assert sorted(scalars) == ["B", "NV"]
+        assert sorted(scalars) == ["B", "N" if kernel.shifted else "NV"]
         assert {p.kind for p in kernel.params if p.kind != "ptr"} == {kernel.index_dtype}
 
 
@@ -379,7 +393,9 @@ def test_ptxas_shared_memory_matches_the_tir_allocation(raw_manifest):
         for arch in ARCHS:
             assert kernel["resources"][arch]["smem_bytes"] == kernel["static_smem_bytes"], (
                 build["source"], kernel["entry"], arch)
-        if build["schedule"] == "tiled":  # one [kd, tile_n] tile, rows padded by pad_bytes
+        if kernel.get("shifted"):  # kd shifted rows of the tile and its slack, plus skews
+            assert 0 < kernel["static_smem_bytes"] <= 48 * 1024
+        elif build["schedule"] == "tiled":  # one [kd, tile_n] tile, rows padded by pad_bytes
             params, itemsize = build["schedule_params"], ITEMSIZE[build["dtype"]]
             row_bytes = params["tile_n"] * itemsize + params["pad_bytes"]
             assert kernel["static_smem_bytes"] == KD * row_bytes, (build["source"],
@@ -403,7 +419,8 @@ def test_tiled_kernels_do_not_spill(manifest):
                 checked += 1
     per_dtype = sum(2 * len(variant_widths(16 // ITEMSIZE[d], i))
                     for d in DTYPES for i in ("int32", "int64"))
-    assert checked == per_dtype * len(ARCHS)
+    shifted = 2 * len(DTYPES)  # a shifted forward and backward per dtype
+    assert checked == (per_dtype + shifted) * len(ARCHS)
 
 
 def _global_accesses(body: str, pointers: list[str]) -> tuple[set[str], int]:

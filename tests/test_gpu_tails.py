@@ -1,7 +1,8 @@
 """GPU tests of the N-tail and misalignment variants: every ``(vec_kd, vec)`` kernel of the tiled
 builds, reached through the launch rule by the shape (``N``) and by offsetting every view
-(pointer alignment), bit-exact with the reference, canaries intact; the issue's rectangular and
-odd grids; an odd ``N`` past 2**31 elements (int64 with a scalar N side).
+(pointer alignment), bit-exact with the reference, canaries intact; the shifted kernels (16-byte
+N-side vectors at any ``N``) at every ``N`` up to 300 and past a few tile edges; the issue's
+rectangular and odd grids; an odd ``N`` past 2**31 elements (int64 with a scalar N side).
 
     PSA_TVM_ARTIFACTS=.artifacts python -m pytest -m gpu tests/test_gpu_tails.py
 """
@@ -77,18 +78,53 @@ def test_every_int32_variant_is_reached_and_bit_exact(gpu_artifacts, config):
     itemsize = config.itemsize
     reached = set()
     for pass_, check in (("forward", check_forward), ("backward", check_backward)):
-        widths = {(k.vec_kd, k.vec) for k in build.kernels
-                  if k.pass_ == pass_ and k.index_dtype == "int32"}
-        assert (16 // itemsize, 1) in widths, "no kernel keeps 16-byte kd accesses for odd N"
-        for vec_kd, vec in sorted(widths, reverse=True):
+        kernels = [k for k in build.kernels if k.pass_ == pass_ and k.index_dtype == "int32"]
+        assert (16 // itemsize, 1) in {(k.vec_kd, k.vec) for k in kernels}, \
+            "no kernel keeps 16-byte kd accesses for odd N"
+        for kernel_spec in kernels:
+            vec_kd, vec = kernel_spec.vec_kd, kernel_spec.vec
             alignment = max(vec_kd, vec) * itemsize
             offset = 0 if alignment == 16 else alignment // itemsize
-            for batch in (1, 3):
-                height, width = GRID_FOR_WIDTH[vec]
+            height, width = GRID_FOR_WIDTH[vec]
+            # Small calls keep the plain kernels; the shifted one needs min_numel elements.
+            batches = (1, 3) if not kernel_spec.shifted else (
+                -(-kernel_spec.min_numel // (config.channels * height * width)),)
+            for batch in batches:
                 kernel = check(op, config, batch, height, width, offset, seed=vec_kd + vec)
-                assert (kernel.vec_kd, kernel.vec) == (vec_kd, vec), (pass_, kernel.entry)
-                reached.add((pass_, vec_kd, vec))
+                assert (kernel.vec_kd, kernel.vec, kernel.shifted) == (
+                    vec_kd, vec, kernel_spec.shifted), (pass_, kernel.entry)
+                reached.add(kernel.entry)
     assert len(reached) == sum(1 for k in build.kernels if k.index_dtype == "int32")
+    assert any(k.shifted for k in build.kernels), "no shifted kernel in the build"
+
+
+# Every N to 300 (all of a tile's row shifts, heads and tails, N below one vector), then both
+# sides of the shifted kernels' tile edges (16-bit: 256 forward, 248 backward; float32: 64,
+# 124; halved for key_dim 128) and two odd grids.
+SHIFTED_NS = [*range(1, 301), 371, 373, 495, 497, 511, 513, 743, 745, 1073, 1369]
+SHIFTED_CONFIGS = [OpConfig(kd, nh, dtype) for kd, nh in ((32, 4), (16, 3), (128, 8))
+                   for dtype in DTYPES]
+
+
+@pytest.mark.parametrize("config", SHIFTED_CONFIGS, ids=lambda c: c.tag)
+def test_shifted_kernels_at_every_n(gpu_artifacts, config):
+    """The shifted kernels run wherever the N side would be under 8 bytes and the call has
+    2**21 merged elements or more (the batch is sized so, within the grid's 65535 slices),
+    bit-exact with canaries around every output; just under that size the plain kernel runs."""
+    op = runtime_op(str(gpu_artifacts), config.key_dim, config.num_heads, config.dtype, "tiled")
+    ran = {"forward": 0, "backward": 0}
+    for n in SHIFTED_NS:
+        narrow = min(16 // config.itemsize, n & -n) * config.itemsize < 8
+        batch = min(-(-(1 << 21) // (config.channels * n)), 65535 // (2 * config.num_heads))
+        large = batch * config.channels * n >= 1 << 21
+        for pass_, check in (("forward", check_forward), ("backward", check_backward)):
+            kernel = check(op, config, batch, 1, n, seed=n)
+            assert kernel.shifted == (narrow and large), (n, pass_, kernel.entry)
+            ran[pass_] += kernel.shifted
+            if narrow and large and batch > 1:
+                kernel = check(op, config, batch - 1, 1, n, seed=n + 1)
+                assert not kernel.shifted and kernel.vec == n & -n, (n, pass_, kernel.entry)
+    assert ran["forward"] > 0 and ran["backward"] > 0
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.tag)
@@ -101,7 +137,10 @@ def test_rectangular_and_odd_grids(gpu_artifacts, config):
             n = height * width
             for check in (check_forward, check_backward):
                 kernel = check(op, config, batch, height, width)
-                assert kernel.vec_kd == full and kernel.vec == min(full, n & -n), kernel.entry
+                vec = min(full, n & -n)
+                shifted = vec * config.itemsize < 8 and batch * config.channels * n >= 1 << 21
+                assert kernel.vec_kd == full and kernel.shifted == shifted, kernel.entry
+                assert shifted or kernel.vec == vec, kernel.entry
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -56,20 +56,22 @@ def bwd_outputs(batch, n, d_lo=P_DLO, d_hi=P_DHI):
     return [(d_lo, (batch * NH, n, KD)), (d_hi, (batch * NH, n, KD))]
 
 
-def expected_kernel(build, pass_, n, *, alignment=16, index_dtype="int32"):
-    """The variant the launcher should pick (CONTEXT.md's rule): among the kernels whose ``vec``
-    divides N and whose widest access the pointers' alignment (bytes) allows, the one maximising
-    ``(vec_kd, vec)``."""
+def expected_kernel(build, pass_, n, *, alignment=16, index_dtype="int32", numel=None):
+    """The variant the launcher should pick (docs/native.md's rule): among the kernels whose
+    ``vec`` divides N and whose widest access the pointers' alignment (bytes) allows, the one
+    maximising ``(vec_kd, N-side bytes)``, a shifted kernel counting as 6 bytes (between the
+    8-byte and the 4-byte N side)."""
     itemsize = build.config.itemsize
     variants = [k for k in build.kernels if k.pass_ == pass_ and k.index_dtype == index_dtype]
     assert any(k.vec == k.vec_kd == 1 for k in variants), "every build needs a scalar fallback"
     fits = [k for k in variants
-            if n % k.vec == 0 and alignment % (max(k.vec, k.vec_kd) * itemsize) == 0]
-    return max(fits, key=lambda k: (k.vec_kd, k.vec))
+            if n % k.vec == 0 and alignment % (max(k.vec, k.vec_kd) * itemsize) == 0
+            and (numel is None or numel >= k.min_numel)]
+    return max(fits, key=lambda k: (k.vec_kd, 6 if k.shifted else k.vec * itemsize))
 
 
 def manifest_dims(kernel, batch, n):
-    symbols = {"B": batch, "NV": n // kernel.vec}
+    symbols = {"B": batch, "N": n} if kernel.shifted else {"B": batch, "NV": n // kernel.vec}
     assert set(kernel.symbols) == set(symbols)
     return (tuple(evaluate(e, symbols) for e in kernel.grid),
             tuple(evaluate(e, symbols) for e in kernel.block))
@@ -77,7 +79,12 @@ def manifest_dims(kernel, batch, n):
 
 def check_covers_the_work(build, kernel, grid, block, batch, n):
     """The launch covers every (b, h, n) exactly as the schedule lays it out."""
-    if build.schedule == "tiled":
+    if kernel.shifted:  # compiler/shifted.py: a CTA row per (b, h, lo/hi), tiles along N
+        tile_n = next(t for t in range(1, 1025)  # the largest N one CTA column covers
+                      if evaluate(kernel.grid[0], {"N": t + 1, "B": 1}) == 2)
+        assert grid[1] == batch * NH * 2
+        assert grid[0] * tile_n >= n > (grid[0] - 1) * tile_n or n == grid[0] == 0
+    elif build.schedule == "tiled":
         tile_n = build.schedule_params["tile_n"]
         assert grid[1] == batch * NH * 2  # one CTA row per (b, h, lo/hi)
         assert grid[0] * tile_n >= n > (grid[0] - 1) * tile_n or n == grid[0] == 0
@@ -103,7 +110,7 @@ def test_grid_and_block_agree_with_manifest_expressions(ops, manifest, dtype, sc
     for batch, height, width in SHAPES:
         n = height * width
         where = f"{dtype} {schedule} B={batch} H={height} W={width}"
-        kernel = expected_kernel(build, "forward", n)
+        kernel = expected_kernel(build, "forward", n, numel=batch * C * n)
         seen_vecs.add(kernel.vec)
         grid, block = manifest_dims(kernel, batch, n)
         assert op.grid(fwd_pairs(batch, n)) == grid, where
@@ -111,12 +118,12 @@ def test_grid_and_block_agree_with_manifest_expressions(ops, manifest, dtype, sc
         assert op.plan_forward(fwd_pairs(batch, n)).kernel.entry == kernel.entry, where
         check_covers_the_work(build, kernel, grid, block, batch, n)
 
-        bkernel = expected_kernel(build, "backward", n)
+        bkernel = expected_kernel(build, "backward", n, numel=batch * C * n)
         bgrid, bblock = manifest_dims(bkernel, batch, n)
         assert op.backward_grid(grad_pair(batch, height, width)) == bgrid, where
         assert op.backward_block(grad_pair(batch, height, width)) == bblock, where
         check_covers_the_work(build, bkernel, bgrid, bblock, batch, n)
-    # The shapes exercise both the vectorized variant and the scalar tail variant.
+    # The shapes exercise both the vectorized variant and a tail variant (shifted where built).
     assert seen_vecs == {1, build.vector_width}
 
 
@@ -130,7 +137,16 @@ def test_tail_narrows_only_the_n_side(ops, manifest, dtype, width):
     for n in (1, width - 1, 5 * width + 1, 91, 300, 6):
         along_n = min(width, n & -n)  # the largest power of two dividing N, up to the width
         for plan in (op.plan_forward(fwd_pairs(2, n)), op.plan_backward(grad_pair(2, n, 1))):
-            assert (plan.kernel.vec_kd, plan.kernel.vec) == (width, along_n), n
+            # Calls under 2**21 merged elements keep the plain kernels.
+            assert (plan.kernel.vec_kd, plan.kernel.vec, plan.kernel.shifted) == (
+                width, along_n, False), n
+    # From 2**21 elements on, an N side under 8 bytes is the shifted kernel's.
+    for n in (1073, 91, 300):
+        batch = -(-(1 << 21) // (C * n))
+        shifted = min(width, n & -n) * (16 // width) < 8
+        for plan in (op.plan_forward(fwd_pairs(batch, n)),
+                     op.plan_backward(grad_pair(batch, n, 1))):
+            assert plan.kernel.vec_kd == width and plan.kernel.shifted == shifted, n
 
 
 def test_bare_shapes_plan_like_aligned_pairs(ops):
@@ -152,7 +168,7 @@ def test_pack_args_order_pointers_and_symbols(ops, manifest, dtype, schedule, ba
     pointers = {"lo": P_LO, "hi": P_HI, "out": P_OUT, "g": P_G, "dlo": P_DLO, "dhi": P_DHI}
 
     for pass_ in ("forward", "backward"):
-        kernel = expected_kernel(build, pass_, n)
+        kernel = expected_kernel(build, pass_, n, numel=batch * C * n)
         visitor = RecordingVisitor()
         if pass_ == "forward":
             op.pack_args(fwd_pairs(batch, n), (P_OUT, (batch, C, height, width)), visitor)
@@ -163,7 +179,7 @@ def test_pack_args_order_pointers_and_symbols(ops, manifest, dtype, schedule, ba
         assert names == [p.name for p in kernel.params]
         source = op.forward_source() if pass_ == "forward" else op.backward_source()
         assert names == source_params(source, kernel.entry)
-        expected_values = {"B": batch, "NV": n // kernel.vec}
+        expected_values = {"B": batch, "NV": n // kernel.vec, "N": n}
         for (kind, name, value), param in zip(visitor.args, kernel.params, strict=True):
             if param.kind == "ptr":
                 assert (kind, value) == ("ptr", pointers[param.tensor]), name

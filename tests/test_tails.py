@@ -43,7 +43,9 @@ def kernel_bodies(source: str) -> dict[str, str]:
         while depth:
             depth += {"{": 1, "}": -1}.get(source[i], 0)
             i += 1
-        kernels[match.group(1)] = source[match.end():i]
+        # A shifted kernel (compiler/shifted.py) reaches its tensors through flat views named
+        # <tensor>_flat; the accesses are the same tensor's.
+        kernels[match.group(1)] = source[match.end():i].replace("_flat_ptr", "_ptr")
     return kernels
 
 
@@ -69,6 +71,8 @@ def test_kernel_symbols_name_vec_kd_only_where_it_differs():
     assert kernel_symbol("forward", "tiled", 8, "int32") == "psa_merge_fwd_tiled_v8_i32"
     assert kernel_symbol("forward", "tiled", 8, "int32", 8) == "psa_merge_fwd_tiled_v8_i32"
     assert kernel_symbol("backward", "tiled", 2, "int64", 4) == "psa_merge_bwd_tiled_v2k4_i64"
+    assert kernel_symbol("forward", "tiled", 1, "int32", 8, shifted=True) \
+        == "psa_merge_fwd_tiled_s8_i32"
 
 
 # ----------------------------------------------------------------------- generated CUDA
@@ -87,9 +91,12 @@ def lowered(request):
 def test_every_variant_is_lowered(lowered):
     config, variants, bodies = lowered
     full = 16 // config.itemsize
-    expected = {(p, i, kd, v) for p in ("forward", "backward") for i in ("int32", "int64")
+    expected = {(p, i, kd, v, False) for p in ("forward", "backward") for i in ("int32", "int64")
                 for kd, v in variant_widths(full, i)}
-    assert {(v.pass_, v.index_dtype, v.vec_kd, v.vec) for v in variants.values()} == expected
+    # The shifted N side: int32, both passes.
+    expected |= {(p, "int32", full, 1, True) for p in ("forward", "backward")}
+    assert {(v.pass_, v.index_dtype, v.vec_kd, v.vec, v.shifted)
+            for v in variants.values()} == expected
     assert set(variants) <= set(bodies)
 
 
@@ -118,7 +125,9 @@ def test_n_side_uses_the_widest_width_n_allows(lowered):
         body = bodies[entry]
         for pointer in N_SIDE[variant.pass_]:
             vector, scalar = global_accesses(body, pointer)
-            if variant.vec == 1:
+            if variant.shifted:  # 16-byte vectors for any N; each row's ends element-wise
+                assert vector == {16} and scalar, (entry, pointer, vector, scalar)
+            elif variant.vec == 1:
                 assert not vector and scalar, (entry, pointer)
             else:
                 assert scalar == 0 and vector == {variant.vec * config.itemsize}, (
@@ -156,19 +165,27 @@ def test_manifest_records_vec_kd(tail_manifest):
         for kernel in build["kernels"]:
             assert kernel["vec_kd"] * itemsize <= 16 and kernel["vec"] * itemsize <= 16
             symbol = kernel_symbol(kernel["pass"], build["schedule"], kernel["vec"],
-                                   kernel["index_dtype"], kernel["vec_kd"])
+                                   kernel["index_dtype"], kernel["vec_kd"],
+                                   shifted=kernel.get("shifted", False))
             assert kernel["entry"] == f"{symbol}_kernel"
+            if kernel.get("shifted"):
+                assert kernel["rank"] == 2 * (8 // itemsize) - 1, kernel["entry"]
+                assert kernel["min_numel"] == 1 << 21, kernel["entry"]
     for build in tail_manifest.builds:
         for kernel in build.kernels:
             for arch_report in kernel.resources.values():
                 assert arch_report["spill_stores"] == 0, kernel.entry
 
 
-def _rule(kernels, n: int, alignment: int, itemsize: int) -> tuple[int, int]:
-    """The rule as CONTEXT.md states it, written independently of plan.py."""
-    fits = [(k.vec_kd, k.vec) for k in kernels
+def _rule(kernels, n: int, alignment: int, itemsize: int) -> tuple[int, int, bool]:
+    """The rule as docs/native.md states it, written independently of plan.py: the widest
+    vec_kd, then the widest N side, a shifted kernel counting as between 8 and 4 bytes."""
+    def n_bytes(k) -> float:
+        return 6 if k.shifted else k.vec * itemsize
+    fits = [(k.vec_kd, n_bytes(k), k.vec, k.shifted) for k in kernels
             if n % k.vec == 0 and alignment % (max(k.vec, k.vec_kd) * itemsize) == 0]
-    return max(fits)
+    best = max(fits)
+    return best[0], best[2], best[3]
 
 
 @pytest.mark.parametrize("n", [1600, 300, 1073, 920, 240, 33, 192, 6, 2, 1])
@@ -181,20 +198,29 @@ def test_kernel_choice_follows_the_rule(tail_manifest, n, alignment):
             continue
         kernels = [k for k in build.kernels if k.pass_ == pass_ and k.index_dtype == index_dtype]
         chosen = choose_kernel(build, pass_, n, index_dtype, alignment)
-        assert (chosen.vec_kd, chosen.vec) == _rule(kernels, n, alignment, itemsize)
+        assert (chosen.vec_kd, chosen.vec, chosen.shifted) == _rule(kernels, n, alignment,
+                                                                    itemsize)
 
 
 def test_tails_keep_16_byte_kd_accesses(tail_manifest):
-    """The issue's shapes: N = 300 (20x15), 1073 (37x29), 920 (40x23), 33 (1x33)."""
-    expected = {"float16": {1600: (8, 8), 300: (8, 4), 920: (8, 8), 1073: (8, 1), 33: (8, 1),
-                            240: (8, 8), 192: (8, 8), 6: (8, 2)},
-                "float32": {1600: (4, 4), 300: (4, 4), 920: (4, 4), 1073: (4, 1), 33: (4, 1),
-                            240: (4, 4), 192: (4, 4), 6: (4, 2)}}
+    """The issue's shapes: N = 300 (20x15), 1073 (37x29), 920 (40x23), 33 (1x33); ``s``: the
+    shifted kernel (16-byte N-side vectors at any N) where the N side would be under 8 bytes."""
+    expected = {"float16": {1600: (8, 8), 300: (8, 4), 920: (8, 8), 1073: (8, "s"), 33: (8, "s"),
+                            240: (8, 8), 192: (8, 8), 6: (8, "s"), 1122: (8, "s")},
+                "float32": {1600: (4, 4), 300: (4, 4), 920: (4, 4), 1073: (4, "s"),
+                            33: (4, "s"), 240: (4, 4), 192: (4, 4), 6: (4, 2)}}
     for build in tail_manifest.builds:
-        for n, widths in expected[build.config.dtype].items():
+        for n, (vec_kd, vec) in expected[build.config.dtype].items():
             for pass_ in ("forward", "backward"):
                 kernel = choose_kernel(build, pass_, n, "int32", 16)
-                assert (kernel.vec_kd, kernel.vec) == widths, (build.config.dtype, n, pass_)
+                got = (kernel.vec_kd, "s" if kernel.shifted else kernel.vec)
+                assert got == (vec_kd, vec), (build.config.dtype, n, pass_)
+        # Calls under 2**21 merged elements keep the plain kernels (their CTAs are smaller).
+        for pass_ in ("forward", "backward"):
+            kernel = choose_kernel(build, pass_, 1073, "int32", 16, numel=(1 << 21) - 1)
+            assert (kernel.vec, kernel.shifted) == (1, False)
+            kernel = choose_kernel(build, pass_, 1073, "int32", 16, numel=1 << 21)
+            assert kernel.shifted
         # 8-byte-aligned data: 8-byte accesses on both sides where N allows.
         kernel = choose_kernel(build, "forward", 300, "int32", 8)
         assert (kernel.vec_kd, kernel.vec) == ((4, 4) if build.config.itemsize == 2 else (2, 2))

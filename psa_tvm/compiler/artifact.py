@@ -27,6 +27,7 @@ from typing import Any
 import tvm
 
 from psa_tvm._version import __version__
+from psa_tvm.compiler import shifted
 from psa_tvm.compiler.compute import merge_backward, merge_forward, stream_pass
 from psa_tvm.compiler.cpu import build_cpu_library
 from psa_tvm.compiler.cuda_fixups import pack_16bit_gathers
@@ -82,6 +83,7 @@ class Variant:
     vec: int  # width on the side contiguous along N; the kernel needs N % vec == 0
     index_dtype: str
     vec_kd: int  # width on the side contiguous along kd (aligned whatever N is)
+    shifted: bool = False  # 16-byte N-side vectors for any N (psa_tvm/compiler/shifted.py)
 
 
 def _halvings(width: int) -> list[int]:
@@ -121,6 +123,25 @@ def schedule_module(request: BuildRequest) -> dict[str, tuple[Variant, Any]]:
                 func = compute(request.config, vec=vec, index_dtype=index_dtype, name=symbol)
                 funcs[symbol] = (Variant(pass_, vec, index_dtype, vec_kd),
                                  rule.apply(func, pass_, request.config, params, vec, vec_kd))
+    funcs.update(_shifted_variants(request, full_vec))
+    return funcs
+
+
+def _shifted_variants(request: BuildRequest, full_vec: int) -> dict[str, tuple[Variant, Any]]:
+    """The shifted N-side kernels of a tiled merge build (int32 only: past 2**31 elements the
+    plain int64 kernels run), where the configuration fits them."""
+    if request.op != "merge" or request.schedule != "tiled" \
+            or full_vec != shifted.vector_width(request.config):
+        return {}
+    params = shifted.default_params(request.config)
+    if shifted.fits(request.config, params) is not None:
+        return {}
+    funcs = {}
+    for pass_ in ("forward", "backward"):
+        symbol = kernel_symbol(pass_, request.schedule, 1, "int32", full_vec, op=request.op,
+                               shifted=True)
+        funcs[symbol] = (Variant(pass_, 1, "int32", full_vec, shifted=True),
+                         shifted.shifted_pass(request.config, pass_, params, symbol))
     return funcs
 
 
@@ -148,8 +169,10 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
     kernels = []
     for symbol, contract in lowered.kernels.items():
         variant = scheduled[symbol][0]
+        ranked = {"shifted": True, "rank": shifted.rank(request.config),
+                  "min_numel": shifted.MIN_NUMEL} if variant.shifted else {}
         kernels.append({"pass": variant.pass_, "vec": variant.vec, "vec_kd": variant.vec_kd,
-                        "index_dtype": variant.index_dtype, **contract,
+                        "index_dtype": variant.index_dtype, **ranked, **contract,
                         "resources": compiled.resources.get(contract["entry"], {})})
     folder = Path(request.stem).parent
     return {

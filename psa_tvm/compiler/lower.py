@@ -89,7 +89,9 @@ def _kernel_entry(symbol: str, scheduled: PrimFunc, kernel: PrimFunc) -> dict:
     params = []
     for param in kernel.params:
         if isinstance(param.ty, PointerType):
-            tensor = param.name.removesuffix("_ptr")
+            # A hand-written kernel may address a tensor through a flat view named
+            # ``<tensor>_flat`` (compiler/shifted.py); its pointer is still that tensor's.
+            tensor = param.name.removesuffix("_ptr").removesuffix("_flat")
             if tensor not in buffers:
                 raise RuntimeError(f"{symbol}: pointer parameter {param.name} matches no tensor")
             params.append({"name": param.name, "type": "ptr", "tensor": tensor})

@@ -247,7 +247,8 @@ def _kernel_record(k: dict, index: int, build_index: int,
     record = (f"  {{{_PASSES[k['pass']]}, {vec}, {vec_kd}, "
               f"{1 if k['index_dtype'] == 'int64' else 0}, {json.dumps(k['entry'])}, "
               f"{len(params)}, {{{', '.join(params)}}}, {len(syms)}, {{{', '.join(syms)}}}, "
-              f"{fn}, {int(k.get('dynamic_smem_bytes', 0))}u}}")
+              f"{fn}, {int(k.get('dynamic_smem_bytes', 0))}u, "
+              f"{int(k.get('min_numel', 0))}LL}}")
     return dims, record
 
 
@@ -319,8 +320,11 @@ def generate_source(root: Path, manifest: dict, cpu_objects: dict[OpConfig, dict
         if reason is None:
             try:
                 roles = None if op == "merge" else _stream_roles(build)
+                # plan.py's order: widest vec_kd, then rank (2*vec; a shifted kernel's below
+                # an 8-byte N side), so ChooseKernel takes the first that fits.
                 kernels = sorted(build["kernels"], key=lambda k: (
-                    k["pass"], k["index_dtype"], -int(k.get("vec_kd", k["vec"])), -int(k["vec"])))
+                    k["pass"], k["index_dtype"], -int(k.get("vec_kd", k["vec"])),
+                    -int(k.get("rank", 2 * k["vec"]))))
                 records = [_kernel_record(k, i, len(builds), roles)
                            for i, k in enumerate(kernels)]
             except (KeyError, ValueError) as err:

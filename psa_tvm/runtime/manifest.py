@@ -40,15 +40,17 @@ _FUNCS = {"min": min, "max": max, "Div": _truncdiv, "truncdiv": _truncdiv,
 
 
 def kernel_symbol(pass_: str, schedule: str, vec: int, index_dtype: str,
-                  vec_kd: int | None = None, op: str = "merge") -> str:
+                  vec_kd: int | None = None, op: str = "merge", shifted: bool = False) -> str:
     """Global symbol of one kernel variant; TVM appends ``_kernel`` for the device entry.
 
     ``vec`` is the width along N, ``vec_kd`` the width along kd, named only where it differs
     (``psa_merge_fwd_tiled_v2k8_i32``), so symbols of equal widths read as before. ``op`` is the
-    op of the layout family (``merge``, or a pack/stream op of psa_tvm/layouts.py).
+    op of the layout family (``merge``, or a pack/stream op of psa_tvm/layouts.py). A shifted
+    kernel (16-byte N-side vectors for any N, psa_tvm/compiler/shifted.py) is ``s{vec_kd}``.
     """
     short = {"forward": "fwd", "backward": "bwd"}[pass_]
     widths = f"v{vec}" if vec_kd in (None, vec) else f"v{vec}k{vec_kd}"
+    widths = f"s{vec_kd}" if shifted else widths
     return f"psa_{op}_{short}_{schedule}_{widths}_{'i64' if index_dtype == 'int64' else 'i32'}"
 
 
@@ -121,7 +123,9 @@ class KernelSpec:
     """One compiled kernel and its launch contract, as recorded in the manifest.
 
     ``vec`` is the vector width on the side contiguous along ``N`` (the kernel needs
-    ``N % vec == 0``); ``vec_kd`` the width on the side contiguous along ``key_dim``.
+    ``N % vec == 0``); ``vec_kd`` the width on the side contiguous along ``key_dim``. ``rank``
+    orders kernels of equal ``vec_kd`` at launch: ``2 * vec``, except a shifted kernel (any
+    ``N``, 16-byte N-side vectors), which the manifest ranks between an 8- and a 4-byte N side.
     """
 
     pass_: str
@@ -135,10 +139,15 @@ class KernelSpec:
     dynamic_smem_bytes: int
     symbols: dict[str, SymbolBinding]
     resources: dict[str, dict]
+    rank: int = 0
+    shifted: bool = False
+    min_numel: int = 0  # the kernel runs only for calls of at least this many merged elements
 
     @classmethod
     def from_json(cls, data: dict) -> KernelSpec:
         return cls(pass_=data["pass"], vec=data["vec"], vec_kd=data.get("vec_kd", data["vec"]),
+                   rank=data.get("rank", 2 * data["vec"]), shifted=data.get("shifted", False),
+                   min_numel=data.get("min_numel", 0),
                    index_dtype=data["index_dtype"], entry=data["entry"],
                    params=tuple(KernelParam.from_json(p) for p in data["params"]),
                    grid=tuple(data["grid"]), block=tuple(data["block"]),

@@ -60,18 +60,22 @@ def pointer_alignment(tensors: dict[str, TensorInfo]) -> int:
 
 
 def choose_kernel(build: BuildSpec, pass_: str, n: int, index_dtype: str,
-                  alignment_bytes: int) -> KernelSpec:
+                  alignment_bytes: int, numel: int | None = None) -> KernelSpec:
     """The variant that runs: among the pass's kernels of ``index_dtype``, those whose ``vec``
-    divides ``N`` and whose widest access the pointers' alignment allows; the one maximising
-    ``(vec_kd, vec)``."""
+    divides ``N``, whose widest access the pointers' alignment allows and whose ``min_numel``
+    the call's merged elements reach (``numel=None``: any size); the one maximising
+    ``(vec_kd, rank)`` (``rank`` is ``2 * vec``, a shifted kernel's sits between an 8- and a
+    4-byte N side)."""
     itemsize = build.config.itemsize
     best = None
     for kernel in build.kernels:
         if kernel.pass_ != pass_ or kernel.index_dtype != index_dtype or n % kernel.vec:
             continue
+        if numel is not None and numel < kernel.min_numel:
+            continue
         if alignment_bytes % (kernel.alignment_elements * itemsize):
             continue
-        if best is None or (kernel.vec_kd, kernel.vec) > (best.vec_kd, best.vec):
+        if best is None or (kernel.vec_kd, kernel.rank) > (best.vec_kd, best.rank):
             best = kernel
     if best is None:
         raise ArtifactNotFoundError(
@@ -106,7 +110,7 @@ class KernelChoice:
 def choose(build: BuildSpec, pass_: str, dims: MergeDims, alignment_bytes: int) -> KernelChoice:
     """Kernel, grid and block for one geometry; ``ValueError`` past CUDA's grid limits."""
     kernel = choose_kernel(build, pass_, dims.n, index_dtype_for(dims.merged_numel),
-                           alignment_bytes)
+                           alignment_bytes, dims.merged_numel)
     symbols = kernel.bind_symbols(kernel_shapes(dims))
     grid, block = kernel.launch_dims(symbols)
     for axis, (size, limit) in enumerate(zip(grid, GRID_LIMITS, strict=True)):

@@ -122,7 +122,7 @@ class PsaStreamRuntimeOp:
         build = self._builds[pass_]
         numel = dims.numel(self.op, self.config)
         kernel = choose_kernel(build, pass_, dims.n, index_dtype_for(numel),
-                               pointer_alignment(tensors))
+                               pointer_alignment(tensors), numel)
         symbols = kernel.bind_symbols(self.kernel_shapes(pass_, dims))
         grid, block = kernel.launch_dims(symbols)
         for axis, (size, limit) in enumerate(zip(grid, GRID_LIMITS, strict=True)):

@@ -177,6 +177,7 @@ def time_shape(timer: GpuTimer, shape: Shape, dtype_name: str, schedules: list[s
                 "prof_ratio": None if not (prof and prof_copy) else round(prof / prof_copy, 4),
                 "variant": None if kernel is None else {"vec_kd": kernel.vec_kd,
                                                         "vec": kernel.vec,
+                                                        "shifted": kernel.shifted,
                                                         "index_dtype": kernel.index_dtype},
             })
         line = "  ".join(f"{k}={v:7.1f}/{kernel_us[k] or float('nan'):7.1f}"
@@ -220,7 +221,7 @@ def markdown(records: list[dict], schedules: list[str]) -> str:
     impls = _impls(records, schedules)
     head = ("| dtype | pass | shape | N | MB moved | copy us (events / profiler) | "
             + " | ".join(f"{i} us (events / profiler) [x copy]" for i in impls)
-            + " | variant (vec_kd, vec) |")
+            + " | variant (vec_kd, vec; s = shifted) |")
     lines = [head, "|" + "---|" * (7 + len(impls))]
     rows: dict[tuple, dict] = {}
     for r in records:
@@ -230,7 +231,8 @@ def markdown(records: list[dict], schedules: list[str]) -> str:
         copy = by_impl["copy"]
         variant = next((by_impl[s]["variant"] for s in schedules
                         if s in by_impl and by_impl[s].get("variant")), None)
-        widths = f"({variant['vec_kd']}, {variant['vec']})" if variant else "-"
+        n_side = "s" if variant and variant.get("shifted") else variant and variant["vec"]
+        widths = f"({variant['vec_kd']}, {n_side})" if variant else "-"
         lines.append(f"| {dtype} | {pass_} | {label} | {copy['n']} | "
                      f"{copy['bytes_moved'] / 1e6:.1f} | {_us(copy)} | " + " | ".join(cells)
                      + f" | {widths} |")

@@ -56,6 +56,7 @@ struct Kernel {
   Symbol symbols[kMaxSymbols];
   DimsFn dims;
   uint32_t dynamic_smem_bytes;
+  int64_t min_numel;  // runs only for calls of at least this many merged elements
 };
 
 struct Binary {
@@ -72,7 +73,7 @@ struct Build {
   const char* schedule;
   const Binary* binaries;
   int num_binaries;
-  const Kernel* kernels;  // per (pass, index dtype): widest (vec_kd, vec) first
+  const Kernel* kernels;  // per (pass, index dtype): widest (vec_kd, rank) first
   int num_kernels;
 };
 

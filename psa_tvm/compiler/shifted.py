@@ -1,0 +1,333 @@
+"""Merge kernels with 16-byte accesses on the N side for every ``N``: shifted shared rows.
+
+A row of the merged tensor (``N`` elements of one ``(b, h, s, d)``) starts at element
+``row * N``; for ``N`` not a multiple of the vector width the tiled rule's N side narrows to what
+that start allows (2 bytes for a 16-bit odd ``N``), and a warp's stores then straddle sectors.
+Here every row is cut at the *global* 16-byte grid instead: row ``d`` begins ``s_d`` elements
+before its first aligned vector, and its shared-memory row is stored shifted by ``s_d``, so each
+aligned global vector is an aligned shared vector (``LDS.128``/``STG.128``, or ``LDG.128``/
+``STS.128`` backward). The shift costs nothing where it is applied: on the kd side, whose
+elements are scattered into (gathered from) the shared rows one by one anyway.
+
+Forward: a CTA owns the aligned vectors whose first element lies in its tile of each row, so it
+loads a halo of ``grain * vec`` positions past the tile (no vector is split between CTAs), and
+with ``grain = 2`` CTAs meet on 32-byte sector boundaries of the output. A thread's position and
+its eight shared offsets are fixed for the whole kernel (each step adds a constant). Backward: a
+CTA owns whole positions (a kd-side vector is every row's element of one position), so it loads
+one aligned vector before its tile in every row. In both, each row's head (before its first
+aligned vector, first tile) and tail (after its last whole one, last tiles) move element by
+element in one extra step of the edge tiles only.
+
+These are hand-written TensorIR (TVMScript without blocks): the index map is not affine in
+``N`` (``s_d`` depends on ``row * N mod vec``), so no schedule of the merge's compute definition
+reaches it. Each pass is a variant of a tiled merge build (:mod:`psa_tvm.compiler.artifact`):
+``vec = 1`` (any ``N``), ``vec_kd`` the full width, ``int32`` indexing, and a launch rank between
+an 8-byte and a 4-byte N side (``runtime/plan.py``): measured on the H200 (docs/perf.md v13), it
+beats the narrow variants and loses to the 8- and 16-byte ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tvm.script import tirx as T
+from tvm.tirx import PrimFunc
+
+from psa_tvm.config import OpConfig
+
+_BANK_WORDS = 32
+
+
+@dataclass(frozen=True)
+class ShiftedParams:
+    """Shape of the shifted kernels (H200 sweep: docs/bench-tiles/shifted_*.jsonl)."""
+
+    fwd_threads: int = 256
+    """Forward threads; the tile is ``fwd_positions * fwd_threads / fwd_row_threads``
+    positions."""
+    fwd_row_threads: int = 2
+    """Forward threads per position on the kd side (a multiple of ``grain``)."""
+    fwd_positions: int = 2
+    """Positions per forward thread (each thread's set-up is amortised over more of them)."""
+    grain: int = 2
+    """Vectors per forward ownership unit: 2 makes CTAs meet on 32-byte sectors."""
+    bwd_tile_n: int = 248
+    """Backward positions per CTA (a multiple of the vector width)."""
+    bwd_threads: int = 256
+    """Backward threads."""
+    bwd_row_threads: int = 4
+    """Backward threads per position on the kd side."""
+
+
+_STATIC_SMEM_BYTES = 48 * 1024
+
+
+def default_params(config: OpConfig) -> ShiftedParams:
+    """The sweep's winners, with tiles halved where the key_dim would overflow 48 KB of static
+    shared memory and row threads capped at the kd vectors per position."""
+    vec = vector_width(config)
+    kd_vectors = config.key_dim // vec
+    if config.itemsize == 4:
+        params = ShiftedParams(fwd_row_threads=4 if kd_vectors % 4 == 0 else 2,
+                               fwd_positions=1, bwd_tile_n=124)
+    else:
+        params = ShiftedParams()
+    params = replace(params, bwd_row_threads=min(params.bwd_row_threads, kd_vectors))
+    if shared_bytes(config, params, "forward") > _STATIC_SMEM_BYTES:
+        params = replace(params, fwd_positions=params.fwd_positions // 2 or 1)
+    if shared_bytes(config, params, "backward") > _STATIC_SMEM_BYTES:
+        params = replace(params, bwd_tile_n=(params.bwd_tile_n + vec) // 2 - vec)
+    return params
+
+
+#: The shifted kernels run from this many merged elements up. Their CTAs are 2-4x larger than
+#: the tiled ones', which below it leaves most SMs idle: on the H200, float16 37x29 (N=1073)
+#: at batch 1 (0.27M elements) took 1.65x a copy against the tiled kernel's 1.2x, and 1x33 at
+#: batch 64 (0.54M) 1.30x against 1.16x; from batch 16 (4.4M) on they win (docs/perf.md v13).
+MIN_NUMEL = 1 << 21
+
+
+def vector_width(config: OpConfig) -> int:
+    return 16 // config.itemsize
+
+
+def rank(config: OpConfig) -> int:
+    """Launch rank (``runtime/plan.py``): plain kernels rank ``2 * vec``; a shifted one sits
+    just below an 8-byte N side."""
+    return 2 * (8 // config.itemsize) - 1
+
+
+_ROW_LANES = 16  # forward row side: lanes per row, 256 contiguous bytes per warp row
+
+
+def fits(config: OpConfig, params: ShiftedParams) -> str | None:
+    """Why ``params`` cannot build ``config`` (None if they can)."""
+    vec, kd = vector_width(config), config.key_dim
+    grain_elems = params.grain * vec
+    tile = params.fwd_positions * params.fwd_threads // params.fwd_row_threads
+    rows_step = params.fwd_threads // _ROW_LANES
+    if kd % grain_elems or tile % grain_elems or params.fwd_row_threads % params.grain:
+        return f"key_dim {kd} / forward tile {tile} not multiples of {grain_elems}"
+    if (kd // vec) % params.fwd_row_threads:
+        return f"{kd // vec} kd vectors per position not a multiple of fwd_row_threads"
+    if (tile // vec) % _ROW_LANES or rows_step % grain_elems or kd % rows_step:
+        return (f"forward: {tile // vec} vectors per row and {rows_step} rows per step must be "
+                f"multiples of {_ROW_LANES} and of the grain, dividing key_dim")
+    if grain_elems * (kd // vec) > params.fwd_threads:
+        return "forward: the halo needs more threads than the CTA has"
+    if params.bwd_tile_n % vec or (kd // vec) % params.bwd_row_threads:
+        return "backward tile or row threads do not fit the vector width"
+    for pass_ in ("forward", "backward"):
+        if shared_bytes(config, params, pass_) > _STATIC_SMEM_BYTES:
+            return f"{pass_}: more than 48 KB of shared memory"
+    return None
+
+
+def _forward_row(config: OpConfig, params: ShiftedParams) -> int:
+    tile = params.fwd_positions * params.fwd_threads // params.fwd_row_threads
+    return tile + 2 * params.grain * vector_width(config)
+
+
+def shared_bytes(config: OpConfig, params: ShiftedParams, pass_: str) -> int:
+    """The pass's shared tile: key_dim shifted rows and a skew per vector-row group."""
+    vec = vector_width(config)
+    row = _forward_row(config, params) if pass_ == "forward" else params.bwd_tile_n + 2 * vec
+    elements = config.key_dim * row + (config.key_dim // vec) * _skew(config, row, vec)
+    return elements * config.itemsize
+
+
+def _skew(config: OpConfig, row: int, vec: int) -> int:
+    """Elements added per ``vec``-row group so that the two groups a warp's lanes touch (two
+    threads per position: 16 positions each, 8 or 16 words) sit 16 banks apart."""
+    group_words = vec * row * config.itemsize // 4
+    return ((16 - group_words) % _BANK_WORDS) * 4 // config.itemsize
+
+
+def shifted_forward(config: OpConfig, params: ShiftedParams, name: str) -> PrimFunc:
+    """``out[b, h, s, d, n] = (lo, hi)[s][b*nh + h, n, d]`` for any ``N``; see the module doc."""
+    kd, nh, dtype = config.key_dim, config.num_heads, config.dtype
+    V = vector_width(config)
+    G = params.grain * V
+    threads, rt, grain = params.fwd_threads, params.fwd_row_threads, params.grain
+    ppt = params.fwd_positions
+    tile_n = ppt * threads // rt
+    KV = kd // V
+    TV = tile_n // V
+    LR = _ROW_LANES
+    rows_step = threads // LR
+    row = _forward_row(config, params)  # G slack + the tile and its halo, shifted < G
+    skew = _skew(config, row, V)
+    group = V * row + skew
+    halo_items = G * KV
+    heads = kd * G
+    head_steps = (heads + threads - 1) // threads
+    tails = kd * V
+    tail_steps = (tails + threads - 1) // threads
+
+    @T.prim_func
+    def forward(lo_h: T.handle, hi_h: T.handle, out_h: T.handle, N: T.int32):
+        T.func_attr({"global_symbol": name, "tirx.noalias": True})
+        B = T.int32()
+        lo = T.match_buffer(lo_h, (B * nh, N, kd), dtype)
+        hi = T.match_buffer(hi_h, (B * nh, N, kd), dtype)
+        out = T.match_buffer(out_h, (B, nh, 2, kd, N), dtype)
+        lo_flat = T.decl_buffer((B * nh * N * kd,), dtype, data=lo.data)
+        hi_flat = T.decl_buffer((B * nh * N * kd,), dtype, data=hi.data)
+        out_flat = T.decl_buffer((B * nh * 2 * kd * N,), dtype, data=out.data)
+        bx = T.launch_thread("blockIdx.x", (N + (tile_n - 1)) // tile_n)
+        by = T.launch_thread("blockIdx.y", B * (nh * 2))
+        tx = T.launch_thread("threadIdx.x", threads)
+        tile = T.alloc_buffer((kd * row + (kd // V) * skew,), dtype, scope="shared")
+        regs = T.alloc_buffer((V,), dtype, scope="local")
+        off = T.alloc_buffer((V,), "int32", scope="local")
+        nmod: T.let[T.int32] = N & (G - 1)
+        # Row d = dv*V + e is shifted by s_d = -(d*N) mod G; d mod G is fixed per thread.
+        for e in T.unroll(V):
+            off[e] = (tx % rt) * group + e * row + G \
+                - ((G - ((((tx % grain) * V + e) * nmod) & (G - 1))) & (G - 1))
+        n0: T.let[T.int32] = bx * tile_n
+        src0: T.let[T.int32] = ((by // 2) * N + n0) * kd
+        for j in T.unroll(ppt):
+            p: T.let[T.int32] = tx // rt + j * (threads // rt)
+            if n0 + p < N:
+                for s in T.unroll(KV // rt):
+                    if by % 2 == 0:
+                        for e in T.vectorized(V):
+                            regs[e] = lo_flat[src0 + p * kd + ((tx % rt) + s * rt) * V + e]
+                    else:
+                        for e in T.vectorized(V):
+                            regs[e] = hi_flat[src0 + p * kd + ((tx % rt) + s * rt) * V + e]
+                    for e in T.unroll(V):
+                        tile[s * (rt * group) + p + off[e]] = regs[e]
+        if tx < halo_items:  # the G positions past the tile
+            hp: T.let[T.int32] = tile_n + (tx // rt) % G
+            hdv: T.let[T.int32] = tx % rt + (tx // (rt * G)) * rt
+            if n0 + hp < N:
+                if by % 2 == 0:
+                    for e in T.vectorized(V):
+                        regs[e] = lo_flat[src0 + hp * kd + hdv * V + e]
+                else:
+                    for e in T.vectorized(V):
+                        regs[e] = hi_flat[src0 + hp * kd + hdv * V + e]
+                for e in T.unroll(V):
+                    tile[(hdv // rt) * (rt * group) + hp + off[e]] = regs[e]
+        T.tvm_storage_sync("shared")
+        # Vectors k0 + j*LR of rows d0 + s*rows_step: one shift, bound and base per thread.
+        k0: T.let[T.int32] = tx % LR
+        d0: T.let[T.int32] = tx // LR
+        s_r: T.let[T.int32] = (G - (((d0 & (G - 1)) * nmod) & (G - 1))) & (G - 1)
+        kmax: T.let[T.int32] = (N - s_r) // V - bx * TV
+        q0: T.let[T.int32] = ((by * kd + d0) * N + s_r) // V + bx * TV + k0
+        for j in T.unroll(TV // LR):
+            if k0 + j * LR < kmax:
+                for s in T.unroll(kd // rows_step):
+                    for e in T.vectorized(V):
+                        out_flat[(q0 + j * LR) * V + s * (rows_step * N) + e] = tile[
+                            (d0 + s * rows_step) * row + ((d0 + s * rows_step) // V) * skew
+                            + (k0 + j * LR) * V + G + e]
+        if bx == 0:  # each row's head: n < s_d, before its first aligned vector
+            for step in T.unroll(head_steps):
+                if step * threads + tx < heads:
+                    d: T.let[T.int32] = (step * threads + tx) // G
+                    e: T.let[T.int32] = (step * threads + tx) % G
+                    s_d: T.let[T.int32] = (G - (((d & (G - 1)) * nmod) & (G - 1))) & (G - 1)
+                    if e < s_d and e < N:
+                        out_flat[(by * kd + d) * N + e] = tile[
+                            d * row + (d // V) * skew + G - s_d + e]
+        if n0 + tile_n + V > N:  # each row's tail: after its last whole vector
+            for step in T.unroll(tail_steps):
+                if step * threads + tx < tails:
+                    d: T.let[T.int32] = (step * threads + tx) // V
+                    e: T.let[T.int32] = (step * threads + tx) % V
+                    s_d: T.let[T.int32] = (G - (((d & (G - 1)) * nmod) & (G - 1))) & (G - 1)
+                    n_tail: T.let[T.int32] = s_d + ((N - s_d) // V) * V + e
+                    if n_tail < N and n_tail >= n0 and n_tail < n0 + tile_n and n_tail >= s_d:
+                        out_flat[(by * kd + d) * N + n_tail] = tile[
+                            d * row + (d // V) * skew + G - s_d + n_tail - n0]
+
+    return forward
+
+
+def shifted_backward(config: OpConfig, params: ShiftedParams, name: str) -> PrimFunc:
+    """``d_lo/d_hi[b*nh + h, n, d] = g[b, h, 0/1, d, n]`` for any ``N``; see the module doc."""
+    kd, nh, dtype = config.key_dim, config.num_heads, config.dtype
+    V = vector_width(config)
+    tile_n, threads, rt = params.bwd_tile_n, params.bwd_threads, params.bwd_row_threads
+    TV = tile_n // V + 1  # with the vector before the tile
+    row = tile_n + 2 * V
+    skew = _skew(config, row, V)
+    group = V * row + skew
+    KV = kd // V
+    rows_items = kd * TV
+    rows_steps = (rows_items + threads - 1) // threads
+    kd_items = tile_n * KV
+    kd_steps = (kd_items + threads - 1) // threads
+    edge = kd * V
+    edge_steps = (edge + threads - 1) // threads
+
+    @T.prim_func
+    def backward(g_h: T.handle, dlo_h: T.handle, dhi_h: T.handle, N: T.int32):
+        T.func_attr({"global_symbol": name, "tirx.noalias": True})
+        B = T.int32()
+        g = T.match_buffer(g_h, (B, nh, 2, kd, N), dtype)
+        dlo = T.match_buffer(dlo_h, (B * nh, N, kd), dtype)
+        dhi = T.match_buffer(dhi_h, (B * nh, N, kd), dtype)
+        g_flat = T.decl_buffer((B * nh * 2 * kd * N,), dtype, data=g.data)
+        dlo_flat = T.decl_buffer((B * nh * N * kd,), dtype, data=dlo.data)
+        dhi_flat = T.decl_buffer((B * nh * N * kd,), dtype, data=dhi.data)
+        bx = T.launch_thread("blockIdx.x", (N + (tile_n - 1)) // tile_n)
+        by = T.launch_thread("blockIdx.y", B * (nh * 2))
+        tx = T.launch_thread("threadIdx.x", threads)
+        tile = T.alloc_buffer((kd * row + (kd // V) * skew,), dtype, scope="shared")
+        regs = T.alloc_buffer((V,), dtype, scope="local")
+        off = T.alloc_buffer((V,), "int32", scope="local")
+        nmod: T.let[T.int32] = N & (V - 1)
+        n0: T.let[T.int32] = bx * tile_n
+        # Shared column c of row d holds position n0 - V + s_d + c.
+        for step in T.unroll(rows_steps):
+            if step * threads + tx < rows_items:
+                j: T.let[T.int32] = step * threads + tx
+                d: T.let[T.int32] = j // TV
+                k: T.let[T.int32] = j % TV
+                s_r: T.let[T.int32] = (V - (((d & (V - 1)) * nmod) & (V - 1))) & (V - 1)
+                kg: T.let[T.int32] = bx * (TV - 1) - 1 + k
+                if kg >= 0 and kg < (N - s_r) // V:
+                    q: T.let[T.int32] = ((by * kd + d) * N + s_r) // V + kg
+                    for e in T.vectorized(V):
+                        tile[d * row + (d // V) * skew + k * V + e] = g_flat[q * V + e]
+        if bx == 0 or n0 + tile_n + V > N:  # heads and tails
+            for step in T.unroll(edge_steps):
+                if step * threads + tx < edge:
+                    d: T.let[T.int32] = (step * threads + tx) // V
+                    e: T.let[T.int32] = (step * threads + tx) % V
+                    s_d: T.let[T.int32] = (V - (((d & (V - 1)) * nmod) & (V - 1))) & (V - 1)
+                    base: T.let[T.int32] = d * row + (d // V) * skew + V - s_d
+                    n_tail: T.let[T.int32] = s_d + ((N - s_d) // V) * V + e
+                    if bx == 0 and e < s_d and e < N:
+                        tile[base + e] = g_flat[(by * kd + d) * N + e]
+                    if n_tail < N and n_tail >= n0 and n_tail < n0 + tile_n and n_tail >= s_d:
+                        tile[base + n_tail - n0] = g_flat[(by * kd + d) * N + n_tail]
+        T.tvm_storage_sync("shared")
+        for e in T.unroll(V):
+            off[e] = e * row + V - ((V - ((e * nmod) & (V - 1))) & (V - 1))
+        for step in T.unroll(kd_steps):
+            if step * threads + tx < kd_items:
+                i: T.let[T.int32] = step * threads + tx
+                dv: T.let[T.int32] = i % rt + (i // (rt * tile_n)) * rt
+                p: T.let[T.int32] = (i // rt) % tile_n
+                if n0 + p < N:
+                    for e in T.unroll(V):
+                        regs[e] = tile[dv * group + p + off[e]]
+                    dst: T.let[T.int32] = ((by // 2) * N + n0 + p) * kd + dv * V
+                    if by % 2 == 0:
+                        for e in T.vectorized(V):
+                            dlo_flat[dst + e] = regs[e]
+                    else:
+                        for e in T.vectorized(V):
+                            dhi_flat[dst + e] = regs[e]
+
+    return backward
+
+
+def shifted_pass(config: OpConfig, pass_: str, params: ShiftedParams, name: str) -> PrimFunc:
+    return (shifted_forward if pass_ == "forward" else shifted_backward)(config, params, name)
