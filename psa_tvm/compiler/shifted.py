@@ -21,9 +21,10 @@ element in one extra step of the edge tiles only.
 These are hand-written TensorIR (TVMScript without blocks): the index map is not affine in
 ``N`` (``s_d`` depends on ``row * N mod vec``), so no schedule of the merge's compute definition
 reaches it. Each pass is a variant of a tiled merge build (:mod:`psa_tvm.compiler.artifact`):
-``vec = 1`` (any ``N``), ``vec_kd`` the full width, ``int32`` indexing, and a launch rank between
-an 8-byte and a 4-byte N side (``runtime/plan.py``): measured on the H200 (docs/perf.md v13), it
-beats the narrow variants and loses to the 8- and 16-byte ones.
+``vec = 1`` (any ``N``), ``vec_kd`` the full width, ``int32`` indexing, a launch rank between
+an 8-byte and a 4-byte N side and a minimum call size (:data:`MIN_NUMEL`; ``runtime/plan.py``):
+measured on the H200 (docs/perf.md v13), they beat the narrow variants from that size on and
+lose to the 8- and 16-byte ones.
 """
 
 from __future__ import annotations
@@ -35,12 +36,20 @@ from tvm.tirx import PrimFunc
 
 from psa_tvm.config import OpConfig
 
+#: The shifted kernels run from this many merged elements up. Their CTAs are 2-4x larger than
+#: the tiled ones', which below it leaves most SMs idle: on the H200, float16 37x29 (N=1073)
+#: at batch 1 (0.27M elements) took 1.65x a copy against the tiled kernel's 1.17x, and 1x33 at
+#: batch 64 (0.54M) 1.30x against 1.13x; from batch 16 (4.4M) on they win (docs/perf.md v13).
+MIN_NUMEL = 1 << 21
+
 _BANK_WORDS = 32
+_STATIC_SMEM_BYTES = 48 * 1024
+_ROW_LANES = 16  # forward row side: lanes per row, 256 contiguous bytes per warp row
 
 
 @dataclass(frozen=True)
 class ShiftedParams:
-    """Shape of the shifted kernels (H200 sweep: docs/bench-tiles/shifted_*.jsonl)."""
+    """Shape of the shifted kernels (the H200 sweep: docs/bench-tiles/shifted/)."""
 
     fwd_threads: int = 256
     """Forward threads; the tile is ``fwd_positions * fwd_threads / fwd_row_threads``
@@ -57,9 +66,6 @@ class ShiftedParams:
     """Backward threads."""
     bwd_row_threads: int = 4
     """Backward threads per position on the kd side."""
-
-
-_STATIC_SMEM_BYTES = 48 * 1024
 
 
 def default_params(config: OpConfig) -> ShiftedParams:
@@ -80,13 +86,6 @@ def default_params(config: OpConfig) -> ShiftedParams:
     return params
 
 
-#: The shifted kernels run from this many merged elements up. Their CTAs are 2-4x larger than
-#: the tiled ones', which below it leaves most SMs idle: on the H200, float16 37x29 (N=1073)
-#: at batch 1 (0.27M elements) took 1.65x a copy against the tiled kernel's 1.2x, and 1x33 at
-#: batch 64 (0.54M) 1.30x against 1.16x; from batch 16 (4.4M) on they win (docs/perf.md v13).
-MIN_NUMEL = 1 << 21
-
-
 def vector_width(config: OpConfig) -> int:
     return 16 // config.itemsize
 
@@ -95,9 +94,6 @@ def rank(config: OpConfig) -> int:
     """Launch rank (``runtime/plan.py``): plain kernels rank ``2 * vec``; a shifted one sits
     just below an 8-byte N side."""
     return 2 * (8 // config.itemsize) - 1
-
-
-_ROW_LANES = 16  # forward row side: lanes per row, 256 contiguous bytes per warp row
 
 
 def fits(config: OpConfig, params: ShiftedParams) -> str | None:

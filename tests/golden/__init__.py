@@ -80,3 +80,20 @@ def scheduled_with(stem: str):
         func = stream_pass(config, stream_op(op), pass_, vec=vec, name=stem)
     rule = get_rule("tiled")
     return rule.apply(func, pass_, config, rule.params_from_dict(values), vec)
+
+
+#: The shifted N-side kernels (psa_tvm/compiler/shifted.py), hand-written TIR rather than a
+#: schedule, at their default params: a key_dim of 16 is the smallest they build for in float32.
+SHIFTED_CONFIG = OpConfig(16, 1, "float32")
+SHIFTED_PASSES = ("forward", "backward")
+
+
+def golden_shifted_path(pass_: str) -> Path:
+    return GOLDEN_DIR / f"shifted_{pass_}.tvmscript"
+
+
+def shifted_kernel(pass_: str):
+    from psa_tvm.compiler import shifted
+
+    return shifted.shifted_pass(SHIFTED_CONFIG, pass_, shifted.default_params(SHIFTED_CONFIG),
+                                golden_shifted_path(pass_).stem)

@@ -5,10 +5,13 @@ from __future__ import annotations
 from tests.golden import (
     CASES,
     PARAM_CASES,
+    SHIFTED_PASSES,
     golden_param_path,
     golden_path,
+    golden_shifted_path,
     scheduled,
     scheduled_with,
+    shifted_kernel,
 )
 
 if __name__ == "__main__":
@@ -19,4 +22,8 @@ if __name__ == "__main__":
     for stem in PARAM_CASES:
         path = golden_param_path(stem)
         path.write_text(scheduled_with(stem).script())
+        print(f"wrote {path}")
+    for pass_ in SHIFTED_PASSES:
+        path = golden_shifted_path(pass_)
+        path.write_text(shifted_kernel(pass_).script())
         print(f"wrote {path}")
