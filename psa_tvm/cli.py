@@ -181,8 +181,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         for pass_, plan in plans.items():
             kernel = plan.kernel
             print(f"\n## {pass_} for B={batch}, H={height}, W={width}: {kernel.entry}")
+            shifted = (f" shifted (16-byte N side for any N, from {kernel.min_numel} elements)"
+                       if kernel.shifted else "")
             print(f"   variant     : vec={kernel.vec} vec_kd={kernel.vec_kd} "
-                  f"{kernel.index_dtype}")
+                  f"{kernel.index_dtype}{shifted}")
             print("   parameters  : " + ", ".join(
                 f"{p.name}:{p.kind}" + (f"<-{p.tensor}" if p.tensor else "")
                 for p in kernel.params))
