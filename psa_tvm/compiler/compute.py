@@ -13,6 +13,11 @@ needs ``N`` to be a multiple of the vector width *by construction*, because TVM 
 
 from __future__ import annotations
 
+import functools
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
 import tvm
 from tvm import s_tir, te
 from tvm.script import tirx as T
@@ -29,6 +34,24 @@ from psa_tvm.layouts import (
 FORWARD_BLOCK = "merge"
 BACKWARD_BLOCK = "split"
 
+_Builder = TypeVar("_Builder", bound=Callable)
+# TVMScript parses each ``@T.prim_func``'s Python source with ``ast.parse``. CPython 3.11.7's
+# AST constructor keeps its recursion depth in shared state, and builds run in threads
+# (artifact.build_artifacts): two parses at once can fail with "AST constructor recursion depth
+# mismatch" (seen in CI). Every builder that parses TVMScript takes this lock.
+_TVMSCRIPT_PARSE = threading.RLock()
+
+
+def parses_tvmscript(builder: _Builder) -> _Builder:
+    """Run ``builder`` (a function defining a ``@T.prim_func``) under the parse lock."""
+
+    @functools.wraps(builder)
+    def serialized(*args, **kwargs):
+        with _TVMSCRIPT_PARSE:
+            return builder(*args, **kwargs)
+
+    return serialized  # type: ignore[return-value]
+
 
 def _index_var(index_dtype: str):
     if index_dtype not in ("int32", "int64"):
@@ -36,6 +59,7 @@ def _index_var(index_dtype: str):
     return T.int64 if index_dtype == "int64" else T.int32
 
 
+@parses_tvmscript
 def merge_forward(
     config: OpConfig, *, vec: int = 1, index_dtype: str = "int32", name: str = "psa_merge_fwd",
     align: int = -1,
@@ -66,6 +90,7 @@ def merge_forward(
     return forward.with_attr("global_symbol", name)
 
 
+@parses_tvmscript
 def merge_backward(
     config: OpConfig, *, vec: int = 1, index_dtype: str = "int32", name: str = "psa_merge_bwd",
     align: int = -1,

@@ -19,13 +19,14 @@ from __future__ import annotations
 from tvm.script import tirx as T
 from tvm.tirx import PrimFunc
 
-from psa_tvm.compiler.compute import BACKWARD_BLOCK, FORWARD_BLOCK
+from psa_tvm.compiler.compute import BACKWARD_BLOCK, FORWARD_BLOCK, parses_tvmscript
 from psa_tvm.config import OpConfig
 
 _LOW = 0xFFFF
 _HIGH = -65536  # 0xFFFF0000 as int32
 
 
+@parses_tvmscript
 def pairs_forward(config: OpConfig, *, vec: int, name: str) -> PrimFunc:
     """``out32[b, h, s, d, m]`` from ``lo32``/``hi32`` rows ``2m``, ``2m+1``, word ``d // 2``;
     ``NP = N / 2 = NV * vec`` words per merged row."""
@@ -55,6 +56,7 @@ def pairs_forward(config: OpConfig, *, vec: int, name: str) -> PrimFunc:
     return forward.with_attr("global_symbol", name)
 
 
+@parses_tvmscript
 def pairs_backward(config: OpConfig, *, name: str) -> PrimFunc:
     """``d_lo32[r, n, j]`` from words ``g32[.., 2j, n // 2]`` and ``g32[.., 2j+1, n // 2]``;
     ``N = 2 * NP``."""

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from tvm.script import tirx as T
 from tvm.tirx import PrimFunc
 
+from psa_tvm.compiler.compute import parses_tvmscript
 from psa_tvm.config import OpConfig
 
 #: The shifted kernels run from this many merged elements up. Their CTAs are 2-4x larger than
@@ -139,6 +140,7 @@ def _skew(config: OpConfig, row: int, vec: int) -> int:
     return ((16 - group_words) % _BANK_WORDS) * 4 // config.itemsize
 
 
+@parses_tvmscript
 def shifted_forward(config: OpConfig, params: ShiftedParams, name: str) -> PrimFunc:
     """``out[b, h, s, d, n] = (lo, hi)[s][b*nh + h, n, d]`` for any ``N``; see the module doc."""
     kd, nh, dtype = config.key_dim, config.num_heads, config.dtype
@@ -244,6 +246,7 @@ def shifted_forward(config: OpConfig, params: ShiftedParams, name: str) -> PrimF
     return forward
 
 
+@parses_tvmscript
 def shifted_backward(config: OpConfig, params: ShiftedParams, name: str) -> PrimFunc:
     """``d_lo/d_hi[b*nh + h, n, d] = g[b, h, 0/1, d, n]`` for any ``N``; see the module doc."""
     kd, nh, dtype = config.key_dim, config.num_heads, config.dtype
