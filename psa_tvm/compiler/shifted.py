@@ -101,7 +101,7 @@ def fits(config: OpConfig, params: ShiftedParams) -> str | None:
     """Why ``params`` cannot build ``config`` (None if they can)."""
     vec, kd = vector_width(config), config.key_dim
     grain_elems = params.grain * vec
-    tile = params.fwd_positions * params.fwd_threads // params.fwd_row_threads
+    tile = _forward_tile(params)
     rows_step = params.fwd_threads // _ROW_LANES
     if kd % grain_elems or tile % grain_elems or params.fwd_row_threads % params.grain:
         return f"key_dim {kd} / forward tile {tile} not multiples of {grain_elems}"
@@ -120,17 +120,31 @@ def fits(config: OpConfig, params: ShiftedParams) -> str | None:
     return None
 
 
-def _forward_row(config: OpConfig, params: ShiftedParams) -> int:
-    tile = params.fwd_positions * params.fwd_threads // params.fwd_row_threads
-    return tile + 2 * params.grain * vector_width(config)
+def _forward_tile(params: ShiftedParams) -> int:
+    return params.fwd_positions * params.fwd_threads // params.fwd_row_threads
+
+
+def _shared_row(config: OpConfig, params: ShiftedParams, pass_: str) -> int:
+    """Elements per shared row: the tile with slack on both sides for the shift (forward: the
+    grain before and the halo after; backward: the vector before the tile and one of slack)."""
+    if pass_ == "forward":
+        return _forward_tile(params) + 2 * params.grain * vector_width(config)
+    return params.bwd_tile_n + 2 * vector_width(config)
 
 
 def shared_bytes(config: OpConfig, params: ShiftedParams, pass_: str) -> int:
     """The pass's shared tile: key_dim shifted rows and a skew per vector-row group."""
     vec = vector_width(config)
-    row = _forward_row(config, params) if pass_ == "forward" else params.bwd_tile_n + 2 * vec
+    row = _shared_row(config, params, pass_)
     elements = config.key_dim * row + (config.key_dim // vec) * _skew(config, row, vec)
     return elements * config.itemsize
+
+
+def _shift(x, nmod, width: int):
+    """``-(x * N) mod width`` from ``nmod = N mod width`` (``width`` a power of two): how far
+    before a row's first ``width``-aligned element that row starts, for the row ``x`` (mod
+    ``width``) of the merged tensor."""
+    return (width - ((x * nmod) & (width - 1))) & (width - 1)
 
 
 def _skew(config: OpConfig, row: int, vec: int) -> int:
@@ -148,14 +162,17 @@ def shifted_forward(config: OpConfig, params: ShiftedParams, name: str) -> PrimF
     G = params.grain * V
     threads, rt, grain = params.fwd_threads, params.fwd_row_threads, params.grain
     ppt = params.fwd_positions
-    tile_n = ppt * threads // rt
+    tile_n = _forward_tile(params)
     KV = kd // V
     TV = tile_n // V
     LR = _ROW_LANES
     rows_step = threads // LR
-    row = _forward_row(config, params)  # G slack + the tile and its halo, shifted < G
+    row = _shared_row(config, params, "forward")
     skew = _skew(config, row, V)
     group = V * row + skew
+
+    def row_start(d):  # shared offset of row d (a skew per V-row group)
+        return d * row + (d // V) * skew
     halo_items = G * KV
     heads = kd * G
     head_steps = (heads + threads - 1) // threads
@@ -181,8 +198,7 @@ def shifted_forward(config: OpConfig, params: ShiftedParams, name: str) -> PrimF
         nmod: T.let[T.int32] = N & (G - 1)
         # Row d = dv*V + e is shifted by s_d = -(d*N) mod G; d mod G is fixed per thread.
         for e in T.unroll(V):
-            off[e] = (tx % rt) * group + e * row + G \
-                - ((G - ((((tx % grain) * V + e) * nmod) & (G - 1))) & (G - 1))
+            off[e] = (tx % rt) * group + e * row + G - _shift((tx % grain) * V + e, nmod, G)
         n0: T.let[T.int32] = bx * tile_n
         src0: T.let[T.int32] = ((by // 2) * N + n0) * kd
         for j in T.unroll(ppt):
@@ -213,7 +229,7 @@ def shifted_forward(config: OpConfig, params: ShiftedParams, name: str) -> PrimF
         # Vectors k0 + j*LR of rows d0 + s*rows_step: one shift, bound and base per thread.
         k0: T.let[T.int32] = tx % LR
         d0: T.let[T.int32] = tx // LR
-        s_r: T.let[T.int32] = (G - (((d0 & (G - 1)) * nmod) & (G - 1))) & (G - 1)
+        s_r: T.let[T.int32] = _shift(d0 & (G - 1), nmod, G)
         kmax: T.let[T.int32] = (N - s_r) // V - bx * TV
         q0: T.let[T.int32] = ((by * kd + d0) * N + s_r) // V + bx * TV + k0
         for j in T.unroll(TV // LR):
@@ -221,27 +237,25 @@ def shifted_forward(config: OpConfig, params: ShiftedParams, name: str) -> PrimF
                 for s in T.unroll(kd // rows_step):
                     for e in T.vectorized(V):
                         out_flat[(q0 + j * LR) * V + s * (rows_step * N) + e] = tile[
-                            (d0 + s * rows_step) * row + ((d0 + s * rows_step) // V) * skew
-                            + (k0 + j * LR) * V + G + e]
+                            row_start(d0 + s * rows_step) + (k0 + j * LR) * V + G + e]
         if bx == 0:  # each row's head: n < s_d, before its first aligned vector
             for step in T.unroll(head_steps):
                 if step * threads + tx < heads:
                     d: T.let[T.int32] = (step * threads + tx) // G
                     e: T.let[T.int32] = (step * threads + tx) % G
-                    s_d: T.let[T.int32] = (G - (((d & (G - 1)) * nmod) & (G - 1))) & (G - 1)
+                    s_d: T.let[T.int32] = _shift(d & (G - 1), nmod, G)
                     if e < s_d and e < N:
-                        out_flat[(by * kd + d) * N + e] = tile[
-                            d * row + (d // V) * skew + G - s_d + e]
+                        out_flat[(by * kd + d) * N + e] = tile[row_start(d) + G - s_d + e]
         if n0 + tile_n + V > N:  # each row's tail: after its last whole vector
             for step in T.unroll(tail_steps):
                 if step * threads + tx < tails:
                     d: T.let[T.int32] = (step * threads + tx) // V
                     e: T.let[T.int32] = (step * threads + tx) % V
-                    s_d: T.let[T.int32] = (G - (((d & (G - 1)) * nmod) & (G - 1))) & (G - 1)
+                    s_d: T.let[T.int32] = _shift(d & (G - 1), nmod, G)
                     n_tail: T.let[T.int32] = s_d + ((N - s_d) // V) * V + e
                     if n_tail < N and n_tail >= n0 and n_tail < n0 + tile_n and n_tail >= s_d:
                         out_flat[(by * kd + d) * N + n_tail] = tile[
-                            d * row + (d // V) * skew + G - s_d + n_tail - n0]
+                            row_start(d) + G - s_d + n_tail - n0]
 
     return forward
 
@@ -253,9 +267,12 @@ def shifted_backward(config: OpConfig, params: ShiftedParams, name: str) -> Prim
     V = vector_width(config)
     tile_n, threads, rt = params.bwd_tile_n, params.bwd_threads, params.bwd_row_threads
     TV = tile_n // V + 1  # with the vector before the tile
-    row = tile_n + 2 * V
+    row = _shared_row(config, params, "backward")
     skew = _skew(config, row, V)
     group = V * row + skew
+
+    def row_start(d):  # shared offset of row d (a skew per V-row group)
+        return d * row + (d // V) * skew
     KV = kd // V
     rows_items = kd * TV
     rows_steps = (rows_items + threads - 1) // threads
@@ -288,19 +305,19 @@ def shifted_backward(config: OpConfig, params: ShiftedParams, name: str) -> Prim
                 j: T.let[T.int32] = step * threads + tx
                 d: T.let[T.int32] = j // TV
                 k: T.let[T.int32] = j % TV
-                s_r: T.let[T.int32] = (V - (((d & (V - 1)) * nmod) & (V - 1))) & (V - 1)
+                s_r: T.let[T.int32] = _shift(d & (V - 1), nmod, V)
                 kg: T.let[T.int32] = bx * (TV - 1) - 1 + k
                 if kg >= 0 and kg < (N - s_r) // V:
                     q: T.let[T.int32] = ((by * kd + d) * N + s_r) // V + kg
                     for e in T.vectorized(V):
-                        tile[d * row + (d // V) * skew + k * V + e] = g_flat[q * V + e]
+                        tile[row_start(d) + k * V + e] = g_flat[q * V + e]
         if bx == 0 or n0 + tile_n + V > N:  # heads and tails
             for step in T.unroll(edge_steps):
                 if step * threads + tx < edge:
                     d: T.let[T.int32] = (step * threads + tx) // V
                     e: T.let[T.int32] = (step * threads + tx) % V
-                    s_d: T.let[T.int32] = (V - (((d & (V - 1)) * nmod) & (V - 1))) & (V - 1)
-                    base: T.let[T.int32] = d * row + (d // V) * skew + V - s_d
+                    s_d: T.let[T.int32] = _shift(d & (V - 1), nmod, V)
+                    base: T.let[T.int32] = row_start(d) + V - s_d
                     n_tail: T.let[T.int32] = s_d + ((N - s_d) // V) * V + e
                     if bx == 0 and e < s_d and e < N:
                         tile[base + e] = g_flat[(by * kd + d) * N + e]
@@ -308,7 +325,7 @@ def shifted_backward(config: OpConfig, params: ShiftedParams, name: str) -> Prim
                         tile[base + n_tail - n0] = g_flat[(by * kd + d) * N + n_tail]
         T.tvm_storage_sync("shared")
         for e in T.unroll(V):
-            off[e] = e * row + V - ((V - ((e * nmod) & (V - 1))) & (V - 1))
+            off[e] = e * row + V - _shift(e, nmod, V)
         for step in T.unroll(kd_steps):
             if step * threads + tx < kd_items:
                 i: T.let[T.int32] = step * threads + tx
