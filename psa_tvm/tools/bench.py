@@ -231,8 +231,9 @@ def markdown(records: list[dict], schedules: list[str]) -> str:
         copy = by_impl["copy"]
         variant = next((by_impl[s]["variant"] for s in schedules
                         if s in by_impl and by_impl[s].get("variant")), None)
-        n_side = "s" if variant and variant.get("shifted") else variant and variant["vec"]
-        widths = f"({variant['vec_kd']}, {n_side})" if variant else "-"
+        widths = "-"
+        if variant:  # the N side: its width, or "s" for a shifted kernel (any N, 16 bytes)
+            widths = f"({variant['vec_kd']}, {'s' if variant.get('shifted') else variant['vec']})"
         lines.append(f"| {dtype} | {pass_} | {label} | {copy['n']} | "
                      f"{copy['bytes_moved'] / 1e6:.1f} | {_us(copy)} | " + " | ".join(cells)
                      + f" | {widths} |")
