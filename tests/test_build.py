@@ -145,6 +145,13 @@ def test_every_build_has_its_kernel_variants(manifest):
         if build.schedule == "tiled" and build.op == "merge" and shifted_kernels.fits(
                 build.config, shifted_kernels.default_params(build.config)) is None:
             assert shifted == {"forward", "backward"}
+            # A kernel listed twice is one entry: the 16-bit backward, also at N % vec == 0.
+            records = sorted((k.pass_, k.vec, k.rank) for k in build.kernels if k.shifted)
+            twice = [("backward", build.vector_width, 2 * build.vector_width + 1)]
+            assert records == sorted([(p, 1, shifted_kernels.rank(build.config))
+                                      for p in ("forward", "backward")]
+                                     + (twice if itemsize == 2 else [])), build.source.name
+            assert len({k.entry for k in build.kernels if k.shifted}) == 2
         else:
             assert not shifted
 
@@ -207,7 +214,9 @@ def test_manifest_contract_matches_lowered_tir(manifest, raw_manifest, dtype, sc
     for kernel, raw_kernel in zip(build.kernels, raw["kernels"], strict=True):
         symbol = kernel.entry.removesuffix("_kernel")
         variant, func = scheduled[symbol]
-        assert (variant.pass_, variant.vec, variant.vec_kd, variant.index_dtype) == (
+        # A shifted kernel runs at any N; its second record (16-bit backward) claims N % vec_kd.
+        vec = variant.vec if kernel.vec == variant.vec or not variant.shifted else variant.vec_kd
+        assert (variant.pass_, vec, variant.vec_kd, variant.index_dtype) == (
             kernel.pass_, kernel.vec, kernel.vec_kd, kernel.index_dtype)
         contract = lowered.kernels[symbol]
         assert contract["entry"] == kernel.entry
@@ -419,7 +428,8 @@ def test_tiled_kernels_do_not_spill(manifest):
                 checked += 1
     per_dtype = sum(2 * len(variant_widths(16 // ITEMSIZE[d], i))
                     for d in DTYPES for i in ("int32", "int64"))
-    shifted = 2 * len(DTYPES)  # a shifted forward and backward per dtype
+    # A shifted forward and backward per dtype; 16-bit backwards have a second (vec 8) record.
+    shifted = 2 * len(DTYPES) + sum(ITEMSIZE[d] == 2 for d in DTYPES)
     assert checked == (per_dtype + shifted) * len(ARCHS)
 
 
@@ -439,8 +449,8 @@ def test_tiled_vectorized_variants_use_16_byte_accesses(manifest):
         itemsize = ITEMSIZE[build.config.dtype]
         wide = "float4" if build.config.dtype == "float32" else "uint4"
         for kernel in build.kernels:
-            if kernel.vec != kernel.vec_kd:
-                continue  # one width per side: tests/test_tails.py
+            if kernel.vec != kernel.vec_kd or kernel.shifted:
+                continue  # one width per side, shifted kernels: tests/test_tails.py
             pointers = [p.name for p in kernel.params if p.kind == "ptr"]
             body = kernels[kernel.entry][2]
             vector, scalar = _global_accesses(body, pointers)

@@ -94,7 +94,8 @@ def test_every_int32_variant_is_reached_and_bit_exact(gpu_artifacts, config):
                 assert (kernel.vec_kd, kernel.vec, kernel.shifted) == (
                     vec_kd, vec, kernel_spec.shifted), (pass_, kernel.entry)
                 reached.add(kernel.entry)
-    assert len(reached) == sum(1 for k in build.kernels if k.index_dtype == "int32")
+    # Kernels listed twice (a 16-bit shifted backward, also at N % 8 == 0) count once.
+    assert len(reached) == len({k.entry for k in build.kernels if k.index_dtype == "int32"})
     assert any(k.shifted for k in build.kernels), "no shifted kernel in the build"
 
 
@@ -108,23 +109,28 @@ SHIFTED_CONFIGS = [OpConfig(kd, nh, dtype) for kd, nh in ((32, 4), (16, 3), (128
 
 @pytest.mark.parametrize("config", SHIFTED_CONFIGS, ids=lambda c: c.tag)
 def test_shifted_kernels_at_every_n(gpu_artifacts, config):
-    """The shifted kernels run wherever the N side would be under 8 bytes and the call has
-    2**21 merged elements or more (the batch is sized so, within the grid's 65535 slices),
-    bit-exact with canaries around every output; just under that size the plain kernel runs."""
+    """The shifted kernels run wherever the N side would be under 8 bytes (16-bit backward:
+    or N % 8 == 0) and the call has 2**21 merged elements or more (the batch is sized so,
+    within the grid's 65535 slices), bit-exact with canaries around every output; just under
+    that size the plain kernel runs."""
     op = runtime_op(str(gpu_artifacts), config.key_dim, config.num_heads, config.dtype, "tiled")
-    ran = {"forward": 0, "backward": 0}
+    full = 16 // config.itemsize
+    ran = {"forward": 0, "backward": 0, "aligned backward": 0}
     for n in SHIFTED_NS:
-        narrow = min(16 // config.itemsize, n & -n) * config.itemsize < 8
+        along_n = min(full, n & -n)
+        narrow = along_n * config.itemsize < 8
         batch = min(-(-(1 << 21) // (config.channels * n)), 65535 // (2 * config.num_heads))
         large = batch * config.channels * n >= 1 << 21
         for pass_, check in (("forward", check_forward), ("backward", check_backward)):
+            aligned = pass_ == "backward" and config.itemsize == 2 and along_n == full
             kernel = check(op, config, batch, 1, n, seed=n)
-            assert kernel.shifted == (narrow and large), (n, pass_, kernel.entry)
-            ran[pass_] += kernel.shifted
-            if narrow and large and batch > 1:
+            assert kernel.shifted == ((narrow or aligned) and large), (n, pass_, kernel.entry)
+            ran["aligned backward" if aligned else pass_] += kernel.shifted
+            if (narrow or aligned) and large and batch > 1:
                 kernel = check(op, config, batch - 1, 1, n, seed=n + 1)
-                assert not kernel.shifted and kernel.vec == n & -n, (n, pass_, kernel.entry)
+                assert not kernel.shifted and kernel.vec == along_n, (n, pass_, kernel.entry)
     assert ran["forward"] > 0 and ran["backward"] > 0
+    assert (ran["aligned backward"] > 0) == (config.itemsize == 2)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.tag)
@@ -138,7 +144,10 @@ def test_rectangular_and_odd_grids(gpu_artifacts, config):
             for check in (check_forward, check_backward):
                 kernel = check(op, config, batch, height, width)
                 vec = min(full, n & -n)
-                shifted = vec * config.itemsize < 8 and batch * config.channels * n >= 1 << 21
+                # 16-bit backwards: the shifted kernel at N % 8 == 0 too (compiler/shifted.py).
+                aligned = check is check_backward and config.itemsize == 2 and vec == full
+                shifted = (vec * config.itemsize < 8 or aligned) and (
+                    batch * config.channels * n >= 1 << 21)
                 assert kernel.vec_kd == full and kernel.shifted == shifted, kernel.entry
                 assert shifted or kernel.vec == vec, kernel.entry
 

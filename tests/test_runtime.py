@@ -60,14 +60,18 @@ def expected_kernel(build, pass_, n, *, alignment=16, index_dtype="int32", numel
     """The variant the launcher should pick (docs/native.md's rule): among the kernels whose
     ``vec`` divides N and whose widest access the pointers' alignment (bytes) allows, the one
     maximising ``(vec_kd, N-side bytes)``, a shifted kernel counting as 6 bytes (between the
-    8-byte and the 4-byte N side)."""
+    8-byte and the 4-byte N side), its second record (16-bit backward, N % 8 == 0) as 17."""
     itemsize = build.config.itemsize
     variants = [k for k in build.kernels if k.pass_ == pass_ and k.index_dtype == index_dtype]
     assert any(k.vec == k.vec_kd == 1 for k in variants), "every build needs a scalar fallback"
     fits = [k for k in variants
             if n % k.vec == 0 and alignment % (max(k.vec, k.vec_kd) * itemsize) == 0
             and (numel is None or numel >= k.min_numel)]
-    return max(fits, key=lambda k: (k.vec_kd, 6 if k.shifted else k.vec * itemsize))
+    def n_bytes(k) -> int:
+        if k.shifted:
+            return 6 if k.vec == 1 else k.vec * itemsize + 1
+        return k.vec * itemsize
+    return max(fits, key=lambda k: (k.vec_kd, n_bytes(k)))
 
 
 def manifest_dims(kernel, batch, n):
@@ -140,13 +144,17 @@ def test_tail_narrows_only_the_n_side(ops, manifest, dtype, width):
             # Calls under 2**21 merged elements keep the plain kernels.
             assert (plan.kernel.vec_kd, plan.kernel.vec, plan.kernel.shifted) == (
                 width, along_n, False), n
-    # From 2**21 elements on, an N side under 8 bytes is the shifted kernel's.
-    for n in (1073, 91, 300):
+    # From 2**21 elements on, an N side under 8 bytes is the shifted kernel's, and so is a
+    # 16-bit backward's full-width N side.
+    for n in (1073, 91, 300, 400):
         batch = -(-(1 << 21) // (C * n))
-        shifted = min(width, n & -n) * (16 // width) < 8
-        for plan in (op.plan_forward(fwd_pairs(batch, n)),
-                     op.plan_backward(grad_pair(batch, n, 1))):
-            assert plan.kernel.vec_kd == width and plan.kernel.shifted == shifted, n
+        along_n = min(width, n & -n)
+        shifted = along_n * (16 // width) < 8
+        plan = op.plan_forward(fwd_pairs(batch, n))
+        assert plan.kernel.vec_kd == width and plan.kernel.shifted == shifted, n
+        plan = op.plan_backward(grad_pair(batch, n, 1))
+        shifted = shifted or (width == 8 and along_n == 8)
+        assert plan.kernel.vec_kd == width and plan.kernel.shifted == shifted, n
 
 
 def test_bare_shapes_plan_like_aligned_pairs(ops):

@@ -169,7 +169,11 @@ def test_manifest_records_vec_kd(tail_manifest):
                                    shifted=kernel.get("shifted", False))
             assert kernel["entry"] == f"{symbol}_kernel"
             if kernel.get("shifted"):
-                assert kernel["rank"] == 2 * (8 // itemsize) - 1, kernel["entry"]
+                # Ranked just under an 8-byte N side, or (16-bit backward, listed twice) just
+                # over the plain 16-byte kernel where N % 8 == 0.
+                ranks = {1: 2 * (8 // itemsize) - 1, 16 // itemsize: 2 * (16 // itemsize) + 1}
+                assert kernel["vec"] == 1 or (itemsize, kernel["pass"]) == (2, "backward")
+                assert kernel["rank"] == ranks[kernel["vec"]], kernel["entry"]
                 assert kernel["min_numel"] == 1 << 21, kernel["entry"]
     for build in tail_manifest.builds:
         for kernel in build.kernels:
@@ -179,9 +183,12 @@ def test_manifest_records_vec_kd(tail_manifest):
 
 def _rule(kernels, n: int, alignment: int, itemsize: int) -> tuple[int, int, bool]:
     """The rule as docs/native.md states it, written independently of plan.py: the widest
-    vec_kd, then the widest N side, a shifted kernel counting as between 8 and 4 bytes."""
+    vec_kd, then the widest N side, a shifted kernel counting as between 8 and 4 bytes (its
+    16-bit backward's second record, for N % 8 == 0: just over 16 bytes)."""
     def n_bytes(k) -> float:
-        return 6 if k.shifted else k.vec * itemsize
+        if k.shifted:
+            return 6 if k.vec == 1 else k.vec * itemsize + 1
+        return k.vec * itemsize
     fits = [(k.vec_kd, n_bytes(k), k.vec, k.shifted) for k in kernels
             if n % k.vec == 0 and alignment % (max(k.vec, k.vec_kd) * itemsize) == 0]
     best = max(fits)
@@ -204,7 +211,8 @@ def test_kernel_choice_follows_the_rule(tail_manifest, n, alignment):
 
 def test_tails_keep_16_byte_kd_accesses(tail_manifest):
     """The issue's shapes: N = 300 (20x15), 1073 (37x29), 920 (40x23), 33 (1x33); ``s``: the
-    shifted kernel (16-byte N-side vectors at any N) where the N side would be under 8 bytes."""
+    shifted kernel (16-byte N-side vectors at any N) where the N side would be under 8 bytes,
+    and for the 16-bit backward where N % 8 == 0 too."""
     expected = {"float16": {1600: (8, 8), 300: (8, 4), 920: (8, 8), 1073: (8, "s"), 33: (8, "s"),
                             240: (8, 8), 192: (8, 8), 6: (8, "s"), 1122: (8, "s")},
                 "float32": {1600: (4, 4), 300: (4, 4), 920: (4, 4), 1073: (4, "s"),
@@ -214,6 +222,11 @@ def test_tails_keep_16_byte_kd_accesses(tail_manifest):
             for pass_ in ("forward", "backward"):
                 kernel = choose_kernel(build, pass_, n, "int32", 16)
                 got = (kernel.vec_kd, "s" if kernel.shifted else kernel.vec)
+                if pass_ == "backward" and build.config.itemsize == 2 and vec == 8:
+                    assert got == (8, "s") and kernel.vec == 8, (n, kernel.entry)
+                    small = choose_kernel(build, pass_, n, "int32", 16, numel=(1 << 21) - 1)
+                    assert (small.vec, small.shifted) == (8, False), (n, small.entry)
+                    continue
                 assert got == (vec_kd, vec), (build.config.dtype, n, pass_)
         # Calls under 2**21 merged elements keep the plain kernels (their CTAs are smaller).
         for pass_ in ("forward", "backward"):

@@ -174,6 +174,9 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
         kernels.append({"pass": variant.pass_, "vec": variant.vec, "vec_kd": variant.vec_kd,
                         "index_dtype": variant.index_dtype, **ranked, **contract,
                         "resources": compiled.resources.get(contract["entry"], {})})
+        aligned = shifted.aligned_rank(request.config, variant.pass_) if variant.shifted else None
+        if aligned is not None:  # the same kernel, ahead of the plain one where N % vec == 0
+            kernels.append({**kernels[-1], "vec": variant.vec_kd, "rank": aligned})
     folder = Path(request.stem).parent
     return {
         "key_dim": request.config.key_dim,

@@ -97,6 +97,21 @@ def rank(config: OpConfig) -> int:
     return 2 * (8 // config.itemsize) - 1
 
 
+def aligned_rank(config: OpConfig, pass_: str) -> int | None:
+    """The rank of a second launch record of the ``pass_`` kernel for ``N`` a multiple of the
+    vector width, just above the plain 16-byte kernel's (``None``: no such record).
+
+    The 16-bit backward only: on the H200 (docs/perf.md v14) its shifted kernel ran at
+    0.98-1.06x a copy where ``N % 8 == 0`` against 0.97-1.14x for the tiled one (8 shapes of
+    12-105 MB: 1.09 -> 1.02 at 64x3/b64, 1.14 -> 1.06 at 40x23/b64, 1.13 -> 1.06 at 20x20/b64,
+    within 0.01 at the squares), with half the L2 write requests. At ``N % 8 == 4`` its
+    248-position tiles run 60% full at N = 300 (1.19x against the 8-byte kernel's 1.07x), and
+    the forward and float32 won and lost by shape, so they keep the tiled kernels there."""
+    if pass_ == "backward" and config.itemsize == 2:
+        return 2 * vector_width(config) + 1
+    return None
+
+
 def fits(config: OpConfig, params: ShiftedParams) -> str | None:
     """Why ``params`` cannot build ``config`` (None if they can)."""
     vec, kd = vector_width(config), config.key_dim

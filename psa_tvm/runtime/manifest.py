@@ -126,6 +126,8 @@ class KernelSpec:
     ``N % vec == 0``); ``vec_kd`` the width on the side contiguous along ``key_dim``. ``rank``
     orders kernels of equal ``vec_kd`` at launch: ``2 * vec``, except a shifted kernel (any
     ``N``, 16-byte N-side vectors), which the manifest ranks between an 8- and a 4-byte N side.
+    A kernel may have two records (a 16-bit shifted backward: also ``vec`` 8 with a rank above
+    the plain 16-byte kernel's), one per place in that order.
     """
 
     pass_: str

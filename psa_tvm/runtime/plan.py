@@ -85,9 +85,10 @@ def choose_kernel(build: BuildSpec, pass_: str, n: int, index_dtype: str,
 
 
 def main_variant(build: BuildSpec, pass_: str) -> KernelSpec:
-    """The variant a build is named by: int32 indexing, the widest accesses."""
+    """The variant a build is named by: int32 indexing, the widest accesses (the plain kernel
+    where a shifted one is also listed at full width)."""
     return max((k for k in build.kernels if k.pass_ == pass_ and k.index_dtype == "int32"),
-               key=lambda k: (k.vec_kd, k.vec))
+               key=lambda k: (k.vec_kd, k.vec, not k.shifted))
 
 
 def kernel_shapes(dims: MergeDims) -> dict[str, tuple[int, ...]]:
