@@ -94,16 +94,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _requests(args: argparse.Namespace, schedules: list[str]):
     from psa_tvm.compiler.artifact import BuildRequest
     from psa_tvm.compiler.rules import get_rule
+    from psa_tvm.compiler.shifted import tuned_params
     from psa_tvm.runtime.tuned import tuned_entry
 
     for config, schedule in itertools.product(_configs(args), schedules):
         rule = get_rule(schedule)
-        yield BuildRequest(config, schedule)
+        shifted = tuned_params(config, args.arch) if schedule == "tiled" else None
+        yield BuildRequest(config, schedule, shifted_params=shifted)
         for arch in args.arch:
             for pass_ in ("forward", "backward"):
                 tuned = tuned_entry(arch, pass_, config)
                 if tuned and tuned["schedule"] == schedule:
-                    yield BuildRequest(config, schedule, rule.params_from_dict(tuned["params"]))
+                    yield BuildRequest(config, schedule, rule.params_from_dict(tuned["params"]),
+                                       shifted_params=shifted)
 
 
 def _configs(args: argparse.Namespace) -> list[OpConfig]:

@@ -42,9 +42,9 @@ native_sanitizer() {
 for s in $steps; do
   case $s in
     tune) step tune 600 bash -c "python3 scripts/tune.py run --artifacts '$art' &&
-            python3 scripts/tune.py select --artifacts '$art' -o schedules/sm_90.json &&
+            python3 scripts/tune.py select --artifacts '$art' -o schedules/sm_90.json --update &&
             cp schedules/sm_90.json '$out/'" ;;
-    test) step test 300 python3 -m pytest -m gpu -q -p no:cacheprovider -rs tests ;;
+    test) step test 420 python3 -m pytest -m gpu -q -p no:cacheprovider -rs tests ;;
     native) step native 80 bash -c "$(declare -f native_example native_sanitizer);
             art='$art'; native_example && native_sanitizer" ;;
     sanitize) step sanitize 300 bash scripts/sanitize.sh ;;

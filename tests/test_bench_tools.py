@@ -63,3 +63,73 @@ def test_tune_select_weighs_tails_and_records_the_variants(tmp_path):
     assert entry["params"]["tile_n"] == 128 and entry["fraction_of_copy"] == 0.9
     assert [t["shape"] for t in entry["tuned_on"]] == [list(s) for s in tune.TUNE_SHAPES]
     assert all(t["variant"] == [1, 1] for t in entry["tuned_on"])
+
+
+def test_tune_select_tunes_shifted_params_per_pass(tmp_path):
+    """Shifted candidates (`tune build --shifted`): the forward fields come from the candidate
+    whose shifted forward was fastest, the backward fields from the backward's; timings where a
+    plain kernel ran are left out, and no tiled entry is written (one set of tiled params)."""
+    import json
+    from dataclasses import asdict, replace
+
+    from psa_tvm.compiler import shifted
+    from psa_tvm.tools import tune
+
+    config = OpConfig(16, 2, "float16")
+    base = shifted.default_params(config)
+    fast_fwd = replace(base, fwd_positions=1)
+    fast_bwd = replace(base, bwd_tile_n=120, bwd_threads=128)
+    params = tune._tuned_tiled_params(config)
+    build_artifacts([BuildRequest(config, "tiled", params, preferred=False, shifted_params=p)
+                     for p in (fast_fwd, fast_bwd)], tmp_path, ["sm_90"])
+    manifest = Manifest.load(tmp_path)
+    assert len(manifest.builds) == 2
+    by_fields = {json.dumps(b.shifted_params, sort_keys=True): str(b.source.relative_to(tmp_path))
+                 for b in manifest.builds}
+    source = {name: by_fields[json.dumps(asdict(p), sort_keys=True)]
+              for name, p in (("fwd", fast_fwd), ("bwd", fast_bwd))}
+    lines = []
+    for shape in tune.SHIFTED_TUNE_SHAPES:
+        for name in ("fwd", "bwd"):
+            for pass_ in ("forward", "backward"):
+                wins = (pass_ == "forward") == (name == "fwd")
+                lines.append({"source": source[name], "pass": pass_, "shape": list(shape),
+                              "us": 10.0 if wins else 12.0, "copy_us": 9.0, "variant": [8, 1],
+                              "shifted": True})
+        # A plain kernel ran here (say the forward at 40x23): it must not count.
+        lines.append({"source": source["bwd"], "pass": "forward", "shape": list(shape),
+                      "us": 1.0, "copy_us": 9.0, "variant": [8, 8], "shifted": False})
+    (tmp_path / tune.RESULTS).write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    out = tmp_path / "table.json"
+    assert tune.main(["select", "--artifacts", str(tmp_path), "-o", str(out)]) == 0
+    table = json.loads(out.read_text())
+    assert table["entries"] == []
+    (entry,) = table["shifted"]
+    assert (entry["dtype"], entry["key_dim"], entry["num_heads"]) == ("float16", 16, 2)
+    want = {**{k: getattr(fast_fwd, k) for k in shifted.PASS_FIELDS["forward"]},
+            **{k: getattr(fast_bwd, k) for k in shifted.PASS_FIELDS["backward"]}}
+    assert entry["params"] == want
+    assert entry["fraction_of_copy"] == {"forward": 0.9, "backward": 0.9}
+    assert [t["shape"] for t in entry["tuned_on"]["backward"]] == [
+        list(s) for s in tune.SHIFTED_TUNE_SHAPES]
+    assert all(t["variant"] == [8, 1, "s"] for t in entry["tuned_on"]["forward"])
+    # A gain within the noise (under SHIFTED_MIN_GAIN) keeps the defaults' fields.
+    for line in lines:
+        if line["shifted"]:
+            line["us"] = 10.0 if line["us"] == 10.0 else 10.05
+    (tmp_path / tune.RESULTS).write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    assert tune.main(["select", "--artifacts", str(tmp_path), "-o", str(out)]) == 0
+    (entry,) = json.loads(out.read_text())["shifted"]
+    assert entry["params"] == asdict(base)
+
+
+def test_shifted_candidates_are_valid_and_start_with_the_defaults():
+    from psa_tvm.compiler import shifted
+    from psa_tvm.tools import tune
+
+    for config in (OpConfig(32, 4, "float16"), OpConfig(32, 4, "float32"),
+                   OpConfig(128, 8, "bfloat16")):
+        found = tune.shifted_candidates(config)
+        assert found[0] == shifted.default_params(config)
+        assert len(found) == len(set(found)) > 10
+        assert all(shifted.fits(config, p) is None for p in found)

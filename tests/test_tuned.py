@@ -3,16 +3,19 @@ picks it by default (falling back to the rule's defaults for untuned configurati
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from psa_tvm.cli import main as cli
+from psa_tvm.compiler import shifted
 from psa_tvm.compiler.artifact import BuildRequest, schedule_module
 from psa_tvm.compiler.lower import lower_cuda
 from psa_tvm.compiler.rules import get_rule
 from psa_tvm.compiler.rules.base import params_as_dict
 from psa_tvm.config import OpConfig
+from psa_tvm.runtime.manifest import Manifest
 from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
 from psa_tvm.runtime.tuned import load_table, shipped_table_path, table_paths, tuned_entry
 
@@ -31,6 +34,13 @@ def test_table_parses_and_names_known_rules():
         assert 0 < entry["fraction_of_copy"] < 2
         keys.add((entry["pass"], entry["dtype"], entry["key_dim"], entry["num_heads"]))
     assert len(keys) == len(data["entries"]), "one entry per (pass, dtype, key_dim, num_heads)"
+    shifted_keys = set()
+    for entry in data.get("shifted", []):  # `psa-tvm tune build --shifted`
+        config = OpConfig(entry["key_dim"], entry["num_heads"], entry["dtype"])
+        assert shifted.fits(config, shifted.ShiftedParams(**entry["params"])) is None
+        assert set(entry["tuned_on"]) <= {"forward", "backward"}
+        shifted_keys.add((entry["dtype"], entry["key_dim"], entry["num_heads"]))
+    assert len(shifted_keys) == len(data.get("shifted", []))
 
 
 SHIPPED = load_table(shipped_table_path(ARCH), ARCH)
@@ -83,6 +93,43 @@ def test_a_user_table_comes_before_the_shipped_one(tmp_path, monkeypatch):
     assert tuned_entry(ARCH, entry["pass"], config)["params"] == {"tile_n": 32}
     monkeypatch.delenv("PSA_TVM_SCHEDULES")
     assert tuned_entry(ARCH, entry["pass"], config)["params"] == SHIPPED[0]["params"]
+
+
+def test_builds_take_the_tuned_shifted_params(tmp_path, monkeypatch):
+    """A table's ``"shifted"`` entry reaches every tiled build of its configuration (`psa-tvm
+    build`), and the manifest records what the shifted kernels were built with."""
+    from dataclasses import asdict, replace
+
+    config = OpConfig(16, 2, "float16")
+    tuned = replace(shifted.default_params(config), bwd_tile_n=120, bwd_threads=128)
+    schedules = tmp_path / "schedules"
+    schedules.mkdir()
+    (schedules / f"{ARCH}.json").write_text(json.dumps(
+        {"arch": ARCH, "generated_by": "test", "entries": [], "shifted": [
+            {"dtype": "float16", "key_dim": 16, "num_heads": 2, "params": asdict(tuned)}]}))
+    monkeypatch.setenv("PSA_TVM_SCHEDULES", str(schedules))
+    assert shifted.tuned_params(config, [ARCH]) == tuned
+    out = tmp_path / "art"
+    assert cli(["build", "--key-dim", "16", "--num-heads", "2", "--dtype", "float16",
+                "--schedule", "tiled", "--arch", ARCH, "-o", str(out), "-q"]) == 0
+    raw = json.loads((out / "manifest.json").read_text())
+    tiled = [b for b in raw["builds"] if b["schedule"] == "tiled"]
+    assert tiled and all(b["shifted_params"] == asdict(tuned) for b in tiled)
+    # The run time takes the build with the table's shifted params, where a directory also
+    # holds one with the same tiled params and other shifted params (built before the table).
+    op = PsaMergeAttnRuntimeOp(16, 2, "float16", artifacts=out, arch=ARCH)
+    assert all(b.shifted_params == asdict(tuned) for b in op.builds.values())
+    manifest = Manifest.load(out)
+    chosen = op.builds["forward"]
+    older = dataclasses.replace(chosen, shifted_params=asdict(shifted.default_params(config)))
+    doubled = dataclasses.replace(manifest, builds=(older, *manifest.builds))
+    assert doubled.find(config, "tiled", chosen.schedule_params) is older
+    assert doubled.find(config, "tiled", chosen.schedule_params,
+                        shifted_params=asdict(tuned)) is chosen
+    # Non-default shifted params have their own stem: they never overwrite a default build.
+    assert BuildRequest(config, shifted_params=tuned).stem != BuildRequest(config).stem
+    assert BuildRequest(config, shifted_params=shifted.default_params(config)).stem == (
+        BuildRequest(config).stem)
 
 
 def test_tune_select_needs_an_explicit_output():

@@ -56,6 +56,8 @@ class BuildRequest:
     params: Any = None  # the rule's Params; None -> the rule's default for config
     preferred: bool = True  # False for tuning candidates: never picked by default
     op: str = "merge"  # or a member of the attention layout family (psa_tvm.layouts)
+    # The shifted kernels' ShiftedParams (tiled merge builds); None -> shifted.default_params.
+    shifted_params: shifted.ShiftedParams | None = None
 
     def resolved_params(self) -> Any:
         if self.params is not None:
@@ -67,9 +69,18 @@ class BuildRequest:
                 return params
         return get_rule(self.schedule).default_params(self.config)
 
+    def resolved_shifted_params(self) -> shifted.ShiftedParams:
+        if self.shifted_params is not None:
+            return self.shifted_params
+        return shifted.default_params(self.config)
+
     @property
     def stem(self) -> str:
-        blob = json.dumps(params_as_dict(self.resolved_params()), sort_keys=True)
+        described = params_as_dict(self.resolved_params())
+        if self.shifted_params not in (None, shifted.default_params(self.config)):
+            # Only non-default shifted params enter the digest: older stems stay as they were.
+            described["shifted"] = params_as_dict(self.shifted_params)
+        blob = json.dumps(described, sort_keys=True)
         digest = hashlib.sha1(blob.encode()).hexdigest()[:8]
         prefix = "" if self.op == "merge" else f"{self.op}-"
         return f"{self.config.tag}/{prefix}{self.schedule}-{digest}"
@@ -133,8 +144,10 @@ def _shifted_variants(request: BuildRequest, full_vec: int) -> dict[str, tuple[V
     if request.op != "merge" or request.schedule != "tiled" \
             or full_vec != shifted.vector_width(request.config):
         return {}
-    params = shifted.default_params(request.config)
-    if shifted.fits(request.config, params) is not None:
+    params = request.resolved_shifted_params()
+    if (why := shifted.fits(request.config, params)) is not None:
+        if request.shifted_params is not None:
+            raise ValueError(f"shifted_params {params} cannot build {request.config.tag}: {why}")
         return {}
     funcs = {}
     for pass_ in ("forward", "backward"):
@@ -178,6 +191,8 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
         if aligned is not None:  # the same kernel, ahead of the plain one where N % vec == 0
             kernels.append({**kernels[-1], "vec": variant.vec_kd, "rank": aligned})
     folder = Path(request.stem).parent
+    shifted_params = ({"shifted_params": params_as_dict(request.resolved_shifted_params())}
+                      if any(scheduled[symbol][0].shifted for symbol in lowered.kernels) else {})
     return {
         "key_dim": request.config.key_dim,
         "num_heads": request.config.num_heads,
@@ -192,6 +207,7 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
         "source": f"{request.stem}.cu",
         "binaries": [{**b, "path": str(folder / b["path"])} for b in compiled.binaries],
         "kernels": kernels,
+        **shifted_params,
     }
 
 

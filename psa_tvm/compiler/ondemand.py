@@ -10,6 +10,7 @@ from typing import Any
 
 from psa_tvm.compiler.artifact import BuildRequest, build_artifacts
 from psa_tvm.compiler.rules import get_rule
+from psa_tvm.compiler.shifted import tuned_params
 from psa_tvm.config import OpConfig
 from psa_tvm.runtime.env import DEFAULT_ARCHS
 
@@ -18,7 +19,8 @@ def build_missing(root: Path, config: OpConfig, schedule: str,
                   params: dict[str, Any] | None = None, *, op: str = "merge") -> None:
     """Build ``config`` with ``schedule`` (tuned ``params`` if given) into ``root``."""
     rule = get_rule(schedule)
+    shifted = tuned_params(config, DEFAULT_ARCHS) if (op, schedule) == ("merge", "tiled") else None
     request = BuildRequest(config, schedule,
                            rule.params_from_dict(params) if params is not None else None,
-                           op=op)
+                           op=op, shifted_params=shifted)
     build_artifacts([request], root, DEFAULT_ARCHS)

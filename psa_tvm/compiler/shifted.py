@@ -29,6 +29,7 @@ lose to the 8- and 16-byte ones.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from tvm.script import tirx as T
@@ -69,6 +70,11 @@ class ShiftedParams:
     """Backward threads per position on the kd side."""
 
 
+#: The fields of :class:`ShiftedParams` that shape each pass's kernel (tuned separately).
+PASS_FIELDS = {"forward": ("fwd_threads", "fwd_row_threads", "fwd_positions", "grain"),
+               "backward": ("bwd_tile_n", "bwd_threads", "bwd_row_threads")}
+
+
 def default_params(config: OpConfig) -> ShiftedParams:
     """The sweep's winners, with tiles halved where the key_dim would overflow 48 KB of static
     shared memory and row threads capped at the kd vectors per position."""
@@ -85,6 +91,17 @@ def default_params(config: OpConfig) -> ShiftedParams:
     if shared_bytes(config, params, "backward") > _STATIC_SMEM_BYTES:
         params = replace(params, bwd_tile_n=(params.bwd_tile_n + vec) // 2 - vec)
     return params
+
+
+def tuned_params(config: OpConfig, archs: Iterable[str]) -> ShiftedParams | None:
+    """The tuned table's params for ``config`` (``psa-tvm tune --shifted``), from the newest of
+    ``archs`` that has them; ``None``: none tuned (a build then takes :func:`default_params`)."""
+    from psa_tvm.runtime.tuned import tuned_shifted_entry
+
+    for arch in reversed(list(archs)):
+        if (entry := tuned_shifted_entry(arch, config)) is not None:
+            return ShiftedParams(**entry["params"])
+    return None
 
 
 def vector_width(config: OpConfig) -> int:

@@ -33,28 +33,35 @@ def build_lock(root: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _lookup(root: Path, config: OpConfig, schedule: str,
-            params: dict[str, Any] | None, op: str = "merge") -> BuildSpec | None:
-    """The build when it is there (with ``params`` exactly, when given), else ``None``."""
+def _lookup(root: Path, config: OpConfig, schedule: str, params: dict[str, Any] | None,
+            op: str = "merge", shifted: dict[str, int] | None = None) -> BuildSpec | None:
+    """The build when it is there (with ``params`` exactly, when given, and its shifted kernels
+    built with ``shifted``, when given and recorded), else ``None``."""
     try:
-        build = Manifest.load(root).find(config, schedule, params, op)
+        build = Manifest.load(root).find(config, schedule, params, op, shifted)
     except ArtifactNotFoundError:
+        return None
+    if shifted is not None and build.shifted_params not in (None, shifted):
         return None
     return build if params is None or build.schedule_params == params else None
 
 
 def find_build(root: Path, config: OpConfig, schedule: str, params: dict[str, Any] | None,
-               *, may_build: bool, op: str = "merge") -> BuildSpec:
-    """The build of ``config`` with ``schedule`` (and tuned ``params``) in ``root``.
+               *, may_build: bool, op: str = "merge",
+               shifted: dict[str, int] | None = None) -> BuildSpec:
+    """The build of ``config`` with ``schedule`` (and tuned ``params``, and tuned ``shifted``
+    params of its shifted kernels) in ``root``.
 
     Without ``may_build`` (a user's own artifact directory) a missing build raises
     :class:`ArtifactNotFoundError`; with it, the build is made here when TVM is installed.
     """
-    build = _lookup(root, config, schedule, params, op)
+    build = _lookup(root, config, schedule, params, op, shifted)
     if build is not None:
         return build
     if not may_build:
-        if params is not None and (fallback := _lookup(root, config, schedule, None)):
+        if (params is not None or shifted is not None) and (
+                fallback := _lookup(root, config, schedule, params)
+                or _lookup(root, config, schedule, None)):
             return fallback  # the user's directory lacks the tuned build: run what they built
         Manifest.load(root).find(config, schedule, op=op)  # raises, saying what is missing and how
         raise AssertionError("unreachable")
@@ -68,7 +75,8 @@ def find_build(root: Path, config: OpConfig, schedule: str, params: dict[str, An
             f"{config.num_heads} --dtype {config.dtype} -o DIR` and set PSA_TVM_ARTIFACTS=DIR"
         ) from err
     with build_lock(root):
-        build = _lookup(root, config, schedule, params, op)  # another process may have built it
+        # Another process may have built it.
+        build = _lookup(root, config, schedule, params, op, shifted)
         if build is None:
             build_missing(root, config, schedule, params, op=op)
             build = _lookup(root, config, schedule, params, op)

@@ -202,6 +202,8 @@ class BuildSpec:
     binaries: tuple[BinarySpec, ...]
     kernels: tuple[KernelSpec, ...]
     op: str = "merge"  # the merge, or a member of the attention layout family
+    # What the build's shifted kernels were built with (compiler/shifted.py's ShiftedParams).
+    shifted_params: dict[str, int] | None = None
 
     @classmethod
     def from_json(cls, root: Path, data: dict) -> BuildSpec:
@@ -213,7 +215,7 @@ class BuildSpec:
             archs=tuple(data["archs"]), source=root / data["source"],
             binaries=tuple(BinarySpec.from_json(root, b) for b in data["binaries"]),
             kernels=tuple(KernelSpec.from_json(k) for k in data["kernels"]),
-            op=data.get("op", "merge"),
+            op=data.get("op", "merge"), shifted_params=data.get("shifted_params"),
         )
 
     def kernel(self, pass_: str, vec: int, index_dtype: str) -> KernelSpec:
@@ -309,10 +311,14 @@ class Manifest:
             f"--dtype {config.dtype} -o {self.root}`")
 
     def find(self, config: OpConfig, schedule: str,
-             params: dict[str, Any] | None = None, op: str = "merge") -> BuildSpec:
-        """The build of ``config`` with ``schedule`` (and ``params`` if given, else preferred)."""
+             params: dict[str, Any] | None = None, op: str = "merge",
+             shifted_params: dict[str, int] | None = None) -> BuildSpec:
+        """The build of ``config`` with ``schedule`` (and ``params`` if given, else preferred);
+        among equal candidates the one built with ``shifted_params`` (a tuned table's) first."""
         matches = [b for b in self.builds
                    if b.config == config and b.schedule == schedule and b.op == op]
+        if shifted_params is not None:  # stable: the order of the manifest otherwise
+            matches.sort(key=lambda b: b.shifted_params != shifted_params)
         if params is not None:
             exact = [b for b in matches if b.schedule_params == params]
             if exact:

@@ -29,7 +29,7 @@ from psa_tvm.runtime.plan import (
 )
 from psa_tvm.runtime.protocol import ArgVisitor, RecordingVisitor, SingleLaunchSurface
 from psa_tvm.runtime.tensors import CUDA, TensorInfo, tensor_info
-from psa_tvm.runtime.tuned import DEFAULT_SCHEDULE, tuned_entry
+from psa_tvm.runtime.tuned import DEFAULT_SCHEDULE, tuned_entry, tuned_shifted_entry
 from psa_tvm.runtime.validation import (
     MergeDims,
     check_backward_input,
@@ -80,9 +80,13 @@ class PsaMergeAttnRuntimeOp(SingleLaunchSurface):
             root = Path(artifacts) if artifacts is not None else env.default_artifacts_dir()
             # Only the default directory is built into; a directory the user names is theirs.
             may_build = artifacts is None and env.artifacts_override() is None
+            shifted = tuned_shifted_entry(self.arch, self.config) \
+                if self.schedule == "tiled" else None
             self._builds = {p: find_build(root, self.config, self.schedule,
                                           _tuned_params(tuned[p], self.schedule),
-                                          may_build=may_build) for p in _PASSES}
+                                          may_build=may_build,
+                                          shifted=shifted and shifted["params"])
+                            for p in _PASSES}
         self._choices = Memo()  # (pass, B, N, numel, alignment) -> KernelChoice
         self._checked = Memo()  # call signature -> PreparedLaunch
 

@@ -1,8 +1,9 @@
 """Tuned schedule choices: ``<arch>.json`` tables written by ``psa-tvm tune select``.
 
-:func:`tuned_entry` owns the lookup order: a user's table (``$PSA_TVM_SCHEDULES/<arch>.json``),
-then the table shipped in the wheel (``schedules/`` in the source tree), then nothing, which
-means the schedule rule's defaults.
+:func:`tuned_entry` (per pass) and :func:`tuned_shifted_entry` (the shifted kernels of a
+configuration, ``"shifted"`` in a table) own the lookup order: a user's table
+(``$PSA_TVM_SCHEDULES/<arch>.json``), then the table shipped in the wheel (``schedules/`` in
+the source tree), then nothing, which means the schedule rule's defaults.
 """
 
 from __future__ import annotations
@@ -45,12 +46,21 @@ def table_paths(arch: str) -> list[Path]:
 
 
 @lru_cache(maxsize=16)
-def load_table(path: Path, arch: str) -> tuple[dict, ...]:
-    """Entries of one tuned table (checked to be for ``arch``)."""
+def _load(path: Path, arch: str) -> dict:
     data = json.loads(path.read_text())
     if data.get("arch") != arch:
         raise ValueError(f"{path}: table is for {data.get('arch')}, expected {arch}")
-    return tuple(data["entries"])
+    return data
+
+
+def load_table(path: Path, arch: str) -> tuple[dict, ...]:
+    """Entries of one tuned table (checked to be for ``arch``)."""
+    return tuple(_load(path, arch)["entries"])
+
+
+def load_shifted(path: Path, arch: str) -> tuple[dict, ...]:
+    """The shifted-kernel entries of one tuned table (none in tables before them)."""
+    return tuple(_load(path, arch).get("shifted", ()))
 
 
 def tuned_entry(arch: str, pass_: str, config: OpConfig) -> dict | None:
@@ -60,5 +70,16 @@ def tuned_entry(arch: str, pass_: str, config: OpConfig) -> dict | None:
     for path in table_paths(arch):
         for entry in load_table(path, arch):
             if (entry["pass"], entry["dtype"], entry["key_dim"], entry["num_heads"]) == key:
+                return entry
+    return None
+
+
+def tuned_shifted_entry(arch: str, config: OpConfig) -> dict | None:
+    """The tuned ``{"params", ...}`` of the shifted kernels of ``config``'s tiled merge builds
+    (compiler/shifted.py's ``ShiftedParams``, both passes); ``None`` means their defaults."""
+    key = (config.dtype, config.key_dim, config.num_heads)
+    for path in table_paths(arch):
+        for entry in load_shifted(path, arch):
+            if (entry["dtype"], entry["key_dim"], entry["num_heads"]) == key:
                 return entry
     return None

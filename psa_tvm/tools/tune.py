@@ -8,6 +8,13 @@
 wheel; a directory in ``$PSA_TVM_SCHEDULES`` overrides the shipped tables at run time).
 Candidates are marked non-preferred in the manifest, so a tuning directory never changes what
 an op picks unless the table names them.
+
+``build --shifted`` tunes the shifted N-side kernels (``psa_tvm/compiler/shifted.py``) instead:
+each candidate is the configuration's tuned tiled build with other ``ShiftedParams``, ``run``
+times them where they run (odd ``N``, 2**21 elements and more; :data:`SHIFTED_TUNE_SHAPES`),
+and ``select`` writes the best forward and backward fields per configuration into the table's
+``"shifted"`` list. Every timing records whether a shifted kernel ran, so each selection
+scores only the kernels it tunes, and each entry says which kernel ran on which shape.
 """
 
 from __future__ import annotations
@@ -33,6 +40,18 @@ TUNE_SHAPES = ((16, 40, 40), (64, 40, 40), (64, 20, 15), (16, 37, 29))
 GRID = {"tile_n": (32, 64, 128, 256), "threads": (64, 128, 256, 512), "row_threads": (1, 2, 4),
         "pad_bytes": (16, 32)}
 STATIC_SMEM_LIMIT = 48 * 1024
+#: Where the shifted kernels run and are timed: odd N (37x29; 25x25) at 8 MB and more in every
+#: dtype, and, for the 16-bit backward that also runs at N % 8 == 0, the 1280x720 letterbox.
+SHIFTED_TUNE_SHAPES = ((16, 37, 29), (64, 37, 29), (64, 25, 25), (64, 40, 23))
+#: A shifted candidate replaces the defaults' fields of a pass only if its geometric mean beats
+#: theirs by this much: the spread of equal kernels timed in one run is about +-0.5%.
+SHIFTED_MIN_GAIN = 0.01
+#: Each forward set is paired with a backward set (the passes are separate kernels, chosen
+#: separately by ``select``); backward tiles are a power of two less one vector.
+SHIFTED_GRID = {"forward": {"fwd_threads": (256, 512), "fwd_row_threads": (2, 4, 8),
+                            "fwd_positions": (1, 2, 4), "grain": (2, 4)},
+                "backward": {"bwd_tile_n": (64, 128, 256, 512), "bwd_threads": (128, 256, 512),
+                             "bwd_row_threads": (2, 4, 8)}}
 
 
 def candidates(config: OpConfig, grid: dict[str, tuple] | None = None) -> list:
@@ -62,10 +81,67 @@ def candidates(config: OpConfig, grid: dict[str, tuple] | None = None) -> list:
     return found
 
 
+def shifted_candidates(config: OpConfig) -> list:
+    """``ShiftedParams`` candidates for ``config``: every valid forward set of
+    :data:`SHIFTED_GRID`, each paired with a valid backward set (cycling the shorter list), the
+    defaults and the shipped table's set first."""
+    from dataclasses import replace
+
+    from psa_tvm.compiler import shifted
+
+    base = shifted.default_params(config)
+    vec = shifted.vector_width(config)
+
+    def valid(pass_: str) -> list[dict]:
+        grid = SHIFTED_GRID[pass_]
+        sets = []
+        for values in itertools.product(*grid.values()):
+            fields = dict(zip(grid, values, strict=True))
+            if pass_ == "backward":
+                fields["bwd_tile_n"] -= vec
+            if shifted.fits(config, replace(base, **fields)) is None:
+                sets.append(fields)
+        return sets
+
+    forward, backward = valid("forward"), valid("backward")
+    found = [base]
+    tuned = shifted.tuned_params(config, [DEFAULT_ARCH])
+    if tuned is not None and tuned != base:
+        found.append(tuned)
+    for i in range(max(len(forward), len(backward))):
+        params = replace(base, **forward[i % len(forward)], **backward[i % len(backward)])
+        if params not in found and shifted.fits(config, params) is None:
+            found.append(params)
+    return found
+
+
+def _tuned_tiled_params(config: OpConfig):
+    """The tiled params of ``config``'s forward build in the shipped table (else the default):
+    the plain kernels that shifted candidates carry along."""
+    from psa_tvm.compiler.rules import get_rule
+    from psa_tvm.runtime.tuned import tuned_entry
+
+    rule = get_rule("tiled")
+    entry = tuned_entry(DEFAULT_ARCH, "forward", config)
+    if entry is not None and entry["schedule"] == "tiled":
+        return rule.params_from_dict(entry["params"])
+    return rule.default_params(config)
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     from psa_tvm.compiler.artifact import BuildRequest, build_artifacts
     from psa_tvm.presets import PRESETS
 
+    configs = [config for config in PRESETS[args.preset] if config.dtype in args.dtypes
+               and (not args.configs or config.tag in args.configs)]
+    if args.shifted:
+        requests = [BuildRequest(config, "tiled", _tuned_tiled_params(config), preferred=False,
+                                 shifted_params=params)
+                    for config in configs for params in shifted_candidates(config)]
+        build_artifacts(requests, args.output, args.arch, jobs=args.jobs, progress=True,
+                        keep_going=True, native=False)
+        print(f"built {len(requests)} shifted candidates into {args.output}")
+        return 0
     grid = dict(GRID)
     for item in args.grid or ():
         key, _, values = item.partition("=")
@@ -73,9 +149,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             raise ValueError(f"--grid: expected one of {sorted(GRID)}, got {key!r}")
         grid[key] = tuple(int(v) for v in values.split(","))
     requests = [BuildRequest(config, "tiled", params, preferred=False)
-                for config in PRESETS[args.preset] if config.dtype in args.dtypes
-                and (not args.configs or config.tag in args.configs)
-                for params in candidates(config, grid)]
+                for config in configs for params in candidates(config, grid)]
     # Candidates run through the RuntimeOp, one build at a time: no native library needed.
     build_artifacts(requests, args.output, args.arch, jobs=args.jobs, progress=True,
                     keep_going=True, native=False)
@@ -97,9 +171,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             r = json.loads(line)
             done.add((r["source"], r["pass"], tuple(r["shape"])))
     timer = GpuTimer(reps=args.reps)
-    shapes = _parse_shapes(args.shapes)
     builds = [b for b in manifest.builds if b.schedule == "tiled" and b.op == "merge"
               and (not args.configs or b.config.tag in args.configs)]
+    # Shifted candidates (`build --shifted`) are timed where they run.
+    shapes = _parse_shapes(args.shapes, SHIFTED_TUNE_SHAPES if args.shifted else TUNE_SHAPES)
     jobs = [(b, p, s) for b in builds for p in ("forward", "backward") for s in shapes
             if (str(b.source.relative_to(root)), p, s) not in done]
     copy_us: dict[tuple, float] = {}
@@ -113,9 +188,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_shapes(text: str | None) -> tuple[tuple[int, int, int], ...]:
+def _parse_shapes(text: str | None, default=TUNE_SHAPES) -> tuple[tuple[int, int, int], ...]:
     if not text:
-        return TUNE_SHAPES
+        return default
     return tuple(tuple(int(x) for x in part.split(",")) for part in text.split(";"))
 
 
@@ -146,61 +221,143 @@ def time_candidate(timer, build, pass_: str, shape: tuple[int, int, int],
         kernel = op.plan_backward(merged, [lo, hi]).kernel
         us = timer.median_us(lambda: op.launch_backward(merged, lo, hi, stream))
     return {"pass": pass_, "shape": list(shape), "us": round(us, 3),
-            "copy_us": round(copy_us[key], 3), "variant": [kernel.vec_kd, kernel.vec]}
+            "copy_us": round(copy_us[key], 3), "variant": [kernel.vec_kd, kernel.vec],
+            "shifted": kernel.shifted}
+
+
+def _scores(root: Path, by_source: dict, shifted: bool, shapes: tuple) -> dict:
+    """(pass, dtype, kd, nh) -> source -> shape -> (fraction of copy, variant that ran), from
+    the timings where a shifted kernel ran (``shifted``) or a plain one did."""
+    scores: dict[tuple, dict[str, dict[tuple, tuple]]] = {}
+    for line in (root / RESULTS).read_text().splitlines():
+        r = json.loads(line)
+        build = by_source.get(r["source"])
+        if build is None or tuple(r["shape"]) not in shapes or \
+                r.get("shifted", False) != shifted:
+            continue
+        c = build.config
+        key = (r["pass"], c.dtype, c.key_dim, c.num_heads)
+        variant = [*r["variant"], "s"] if shifted else r.get("variant")
+        scores.setdefault(key, {}).setdefault(r["source"], {})[tuple(r["shape"])] = (
+            r["copy_us"] / r["us"], variant)
+    return scores
+
+
+def _best(per_source: dict, order: tuple,
+          among: dict | None = None) -> tuple[str, float, list[dict], int] | None:
+    """The source with the best geometric mean over the shapes every candidate was timed on:
+    (source, that mean, its per-shape record, candidates compared), or None if fewer than two
+    candidates were; ``among``: the best of these sources only (on the same shapes)."""
+    shapes = set.intersection(*(set(v) for v in per_source.values()))
+    complete = {s: v for s, v in per_source.items() if set(v) >= shapes}
+    if len(complete) < 2 or not shapes:
+        return None  # nothing was compared: leave the configuration to the defaults
+    ordered = [s for s in order if s in shapes]
+    products = {src: math.prod(v[s][0] for s in ordered) for src, v in complete.items()
+                if among is None or src in among}
+    if not products:
+        return None
+    best = max(products, key=products.__getitem__)
+    tuned_on = [{"shape": list(s), "variant": complete[best][s][1],
+                 "fraction_of_copy": round(complete[best][s][0], 4)} for s in ordered]
+    return best, products[best] ** (1 / len(ordered)), tuned_on, len(complete)
 
 
 def cmd_select(args: argparse.Namespace) -> int:
     root = Path(args.artifacts)
     manifest = Manifest.load(root)
     by_source = {str(b.source.relative_to(root)): b for b in manifest.builds if b.op == "merge"}
-    # (pass, config) -> source -> shape -> (fraction of copy, variant that ran)
-    scores: dict[tuple, dict[str, dict[tuple, tuple]]] = {}
-    for line in (root / RESULTS).read_text().splitlines():
-        r = json.loads(line)
-        build = by_source.get(r["source"])
-        if build is None or tuple(r["shape"]) not in TUNE_SHAPES:
-            continue
-        c = build.config
-        key = (r["pass"], c.dtype, c.key_dim, c.num_heads)
-        scores.setdefault(key, {}).setdefault(r["source"], {})[tuple(r["shape"])] = (
-            r["copy_us"] / r["us"], r.get("variant"))
     entries = []
-    for (pass_, dtype, key_dim, num_heads), per_source in sorted(scores.items()):
-        # The shapes every candidate was timed on (older results: the square ones only).
-        shapes = set.intersection(*(set(v) for v in per_source.values()))
-        complete = {s: v for s, v in per_source.items() if set(v) >= shapes}
-        if len(complete) < 2 or not shapes:
-            continue  # nothing was compared: leave the configuration to the rule's default
-        ordered = [s for s in TUNE_SHAPES if s in shapes]
-
-        products = {src: math.prod(v[s][0] for s in ordered) for src, v in complete.items()}
-        best = max(products, key=products.__getitem__)
-        fraction = products[best] ** (1 / len(ordered))
+    for (pass_, dtype, key_dim, num_heads), per_source in sorted(
+            _scores(root, by_source, False, TUNE_SHAPES).items()):
+        if len({json.dumps(by_source[s].schedule_params, sort_keys=True)
+                for s in per_source}) < 2:
+            continue  # one set of tiled params (a `build --shifted` run): nothing was compared
+        if (found := _best(per_source, TUNE_SHAPES)) is None:
+            continue
+        best, fraction, tuned_on, compared = found
         entries.append({"pass": pass_, "dtype": dtype, "key_dim": key_dim,
                         "num_heads": num_heads, "schedule": by_source[best].schedule,
                         "params": by_source[best].schedule_params,
-                        "fraction_of_copy": round(fraction, 4),
-                        "candidates": len(complete),
-                        "tuned_on": [{"shape": list(s), "variant": complete[best][s][1],
-                                      "fraction_of_copy": round(complete[best][s][0], 4)}
-                                     for s in ordered]})
+                        "fraction_of_copy": round(fraction, 4), "candidates": compared,
+                        "tuned_on": tuned_on})
+    shifted_entries = _select_shifted(root, by_source)
     out = Path(args.output)
-    if args.update and out.exists():  # keep what earlier runs tuned for other configurations
-        fresh = {_entry_key(e) for e in entries}
-        kept = [e for e in json.loads(out.read_text())["entries"] if _entry_key(e) not in fresh]
-        entries = sorted(kept + entries, key=_entry_key)
+    previous = json.loads(out.read_text()) if args.update and out.exists() else {}
+    # --update keeps what earlier runs tuned for other configurations (and passes).
+    fresh = {_entry_key(e) for e in entries}
+    entries = sorted([e for e in previous.get("entries", []) if _entry_key(e) not in fresh]
+                     + entries, key=_entry_key)
+    fresh = {_shifted_key(e) for e in shifted_entries}
+    shifted_entries = sorted([e for e in previous.get("shifted", [])
+                              if _shifted_key(e) not in fresh] + shifted_entries,
+                             key=_shifted_key)
     table = {"arch": args.arch, "generated_by": "scripts/tune.py select",
              "tune_shapes": [list(s) for s in TUNE_SHAPES], "entries": entries}
+    if shifted_entries:
+        table["shifted_tune_shapes"] = [list(s) for s in SHIFTED_TUNE_SHAPES]
+        table["shifted"] = shifted_entries
     out.write_text(json.dumps(table, indent=1) + "\n")
     for e in entries:
         print(f"{e['pass']:8s} {e['dtype']:8s} kd={e['key_dim']} nh={e['num_heads']}: "
               f"{e['fraction_of_copy']:.3f} of copy with {e['params']}")
+    for e in shifted_entries:
+        print(f"shifted  {e['dtype']:8s} kd={e['key_dim']} nh={e['num_heads']}: "
+              f"{e['fraction_of_copy']} of copy with {e['params']}")
     print(f"wrote {out}")
     return 0
 
 
+def _select_shifted(root: Path, by_source: dict) -> list[dict]:
+    """Per configuration, the shifted params whose forward (backward) kernel was fastest where
+    a shifted kernel ran, among candidates that differ in them (``build --shifted``)."""
+    from psa_tvm.compiler.shifted import PASS_FIELDS, ShiftedParams, default_params
+
+    chosen: dict[tuple, dict] = {}
+    for (pass_, dtype, key_dim, num_heads), per_source in sorted(
+            _scores(root, by_source, True, SHIFTED_TUNE_SHAPES).items()):
+        if len({json.dumps(by_source[s].shifted_params, sort_keys=True)
+                for s in per_source}) < 2:
+            continue  # one set of shifted params (a tiled tuning run): nothing was compared
+        if (found := _best(per_source, SHIFTED_TUNE_SHAPES)) is None:
+            continue
+        best, fraction, tuned_on, compared = found
+        default = _as_dict(default_params(by_source[best].config))
+        defaults = {s: v for s, v in per_source.items() if all(
+            by_source[s].shifted_params[k] == default[k] for k in PASS_FIELDS[pass_])}
+        kept = _best(per_source, SHIFTED_TUNE_SHAPES, among=defaults) if defaults else None
+        if kept is not None and fraction < kept[1] * (1 + SHIFTED_MIN_GAIN):
+            best, fraction, tuned_on, _ = kept  # within the noise of the defaults: keep them
+        entry = chosen.setdefault((dtype, key_dim, num_heads), {
+            "dtype": dtype, "key_dim": key_dim, "num_heads": num_heads, "params": {},
+            "fraction_of_copy": {}, "candidates": {}, "tuned_on": {}})
+        fields = by_source[best].shifted_params
+        entry["params"].update({k: fields[k] for k in PASS_FIELDS[pass_]})
+        entry["fraction_of_copy"][pass_] = round(fraction, 4)
+        entry["candidates"][pass_] = compared
+        entry["tuned_on"][pass_] = tuned_on
+    entries = []
+    for (dtype, key_dim, num_heads), entry in chosen.items():
+        # A pass without timings keeps the defaults' fields.
+        base = default_params(OpConfig(key_dim, num_heads, dtype))
+        entry["params"] = {**_as_dict(base), **entry["params"]}
+        ShiftedParams(**entry["params"])  # a complete, valid set of fields
+        entries.append(entry)
+    return entries
+
+
+def _as_dict(params) -> dict:
+    from dataclasses import asdict
+
+    return asdict(params)
+
+
 def _entry_key(entry: dict) -> tuple:
     return (entry["pass"], entry["dtype"], entry["key_dim"], entry["num_heads"])
+
+
+def _shifted_key(entry: dict) -> tuple:
+    return (entry["dtype"], entry["key_dim"], entry["num_heads"])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -214,6 +371,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="only these configurations of the preset, e.g. kd32_nh4_float16")
     build.add_argument("--grid", nargs="+", metavar="NAME=V1,V2",
                        help=f"override grid axes (default {GRID})")
+    build.add_argument("--shifted", action="store_true",
+                       help="candidates of the shifted N-side kernels' params (each the "
+                            "configuration's tuned tiled build) instead of tiled params")
     build.add_argument("-o", "--output", default=".tune")
     build.add_argument("-j", "--jobs", type=int, default=None)
     build.set_defaults(func=cmd_build)
@@ -225,6 +385,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "`select` only uses the tuning shapes)")
     run.add_argument("--configs", nargs="+", default=None, metavar="TAG",
                      help="only these configurations, e.g. kd32_nh4_float32")
+    run.add_argument("--shifted", action="store_true",
+                     help=f"time on the shifted kernels' shapes {SHIFTED_TUNE_SHAPES} "
+                          "(a directory of `build --shifted`)")
     run.set_defaults(func=cmd_run)
     select = sub.add_parser("select", help="write a tuned table from the timings")
     select.add_argument("--artifacts", default=".tune")
