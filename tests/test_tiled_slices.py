@@ -91,6 +91,9 @@ SETS = {
     # whole heads per CTA: every stream of 2 heads (qkv: 8 slices; attn: 4)
     "heads_whole8": TiledParams(tile_n=32, threads=256, row_threads=4, slices_per_cta=8),
     "heads_whole4": TiledParams(tile_n=32, threads=128, row_threads=4, slices_per_cta=4),
+    # a skew per group of vec_kd tile rows (whole positions per warp access on the kd side)
+    "tile64_r4_gpad32": TiledParams(tile_n=64, threads=128, row_threads=4, group_pad_bytes=32),
+    "tile80_r2_gpad16": TiledParams(tile_n=80, threads=160, row_threads=2, group_pad_bytes=16),
 }
 
 
@@ -114,6 +117,15 @@ def test_scheduled_family_is_bit_exact(op_name, which):
     for pass_ in STREAM_OPS[op_name].passes:
         run_scheduled(op_name, pass_, F16, params, 8, 2, 8, 13)
         run_scheduled(op_name, pass_, F16, params, 1, 1, 7, 9)
+
+
+def test_float32_with_a_group_pad():
+    config = OpConfig(32, 2, "float32")
+    params = TiledParams(tile_n=64, threads=256, row_threads=8, group_pad_bytes=64)
+    for op_name in ("attn", "qkv"):
+        for pass_ in ("forward", "backward"):
+            run_scheduled(op_name, pass_, config, params, 4, 2, 8, 13)
+            run_scheduled(op_name, pass_, config, params, 1, 1, 7, 9)
 
 
 def test_float32_merge_with_slices_and_heads():
@@ -189,6 +201,18 @@ def test_params_that_do_not_fit_are_refused():
     with pytest.raises(ValueError, match="does not divide the heads"):
         RULE.apply(func, "forward", F16, TiledParams(tile_n=64, threads=192, row_threads=4,
                                                      slices_per_cta=3, heads_inner=True), 8, 8)
+
+
+def test_group_pads_that_do_not_fit_are_refused():
+    for params, match in (
+            (TiledParams(tile_n=64, threads=128, row_threads=4, group_pad_bytes=8),
+             "multiple of 16"),
+            (TiledParams(tile_n=64, threads=128, row_threads=2, slices_per_cta=2,
+                         group_pad_bytes=32), "one slice per CTA"),
+            (TiledParams(tile_n=32, threads=128, row_threads=4, group_pad_bytes=32),
+             "tile_n=32 > threads/row_threads")):
+        with pytest.raises(ValueError, match=match):
+            RULE.check_params(F16, params)
 
 
 def test_the_cta_grid_fits_every_op():

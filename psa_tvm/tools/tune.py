@@ -38,7 +38,7 @@ RESULTS = "results.jsonl"
 #: selection weighs all four shapes; the table records which variant ran on which shape.
 TUNE_SHAPES = ((16, 40, 40), (64, 40, 40), (64, 20, 15), (16, 37, 29))
 GRID = {"tile_n": (32, 64, 128, 256), "threads": (64, 128, 256, 512), "row_threads": (1, 2, 4),
-        "pad_bytes": (16, 32)}
+        "pad_bytes": (16, 32), "group_pad_bytes": (0,)}
 STATIC_SMEM_LIMIT = 48 * 1024
 #: Where the shifted kernels run and are timed: odd N (37x29; 25x25) at 8 MB and more in every
 #: dtype, and, for the 16-bit backward that also runs at N % 8 == 0, the 1280x720 letterbox.
@@ -71,7 +71,8 @@ def candidates(config: OpConfig, grid: dict[str, tuple] | None = None) -> list:
                 found.append(params)
     for values in itertools.product(*grid.values()):
         params = rule.Params(**dict(zip(grid, values, strict=True)))
-        smem = config.key_dim * (params.tile_n * config.itemsize + params.pad_bytes)
+        smem = config.key_dim * (params.tile_n * config.itemsize + params.pad_bytes) \
+            + config.key_dim * params.group_pad_bytes  # at most a group pad per row
         try:
             rule.check_params(config, params)
         except ValueError:

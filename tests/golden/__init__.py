@@ -59,6 +59,10 @@ PARAM_CASES = {
     "tiled_qkv_k2h_forward_v4": ("qkv", OpConfig(8, 2, "float32"), "forward", 4,
                                  {"tile_n": 32, "threads": 64, "row_threads": 2,
                                   "slices_per_cta": 2, "heads_inner": True}),
+    # a skew per group of vec_kd tile rows: the shared tile is [.., kd/vec_kd, vec_kd, tile_n]
+    "tiled_gpad_backward_v4": ("merge", GOLDEN_CONFIG, "backward", 4,
+                               {"tile_n": 32, "threads": 32, "row_threads": 2,
+                                "group_pad_bytes": 16}),
 }
 
 

@@ -79,6 +79,15 @@ class TiledParams:
     slices are then consecutive heads of one stream, adjacent in memory when each stream is a
     tensor of its own (``[B, N, nh, kd]``: flash's ``dq``/``dk``/``lo``/``hi``, the separate
     scatter). Left out of the stored params when ``False``."""
+    group_pad_bytes: int = field(default=0, metadata={"omit_default": True})
+    """A skew per group of ``vec_kd`` tile rows (0: none): the groups' stride is made this many
+    bytes more than a multiple of 128 (as ``pad_bytes`` does for rows). Tile rows are padded
+    to 16-byte multiples, so the ``vec_kd`` rows one kd-side vector scatters into (or gathers
+    from) span a multiple of 128 bytes, and the ``row_threads`` vectors of a position that a
+    warp moves at once hit the same banks: ``row_threads = key_dim / vec_kd`` (one warp access
+    covers whole positions, 512 contiguous bytes on the kd side) costs that many-way
+    conflicts. 32 puts the groups 32 bytes apart in the banks. One slice per CTA and int32
+    kernels only; left out of the stored params at 0 (digests unchanged)."""
 
 
 def _pow2_floor(x: int) -> int:
@@ -137,6 +146,16 @@ class Tiled(ScheduleRule):
             )
         if params.pad_bytes % config.itemsize:
             problems.append(f"pad_bytes={params.pad_bytes} is not a multiple of the item size")
+        if params.group_pad_bytes % 16 or params.group_pad_bytes < 0 or (
+                params.group_pad_bytes and slices > 1):
+            problems.append(f"group_pad_bytes={params.group_pad_bytes} must be a multiple of 16 "
+                            f"(keeping the row side 16-byte aligned), with one slice per CTA")
+        elif params.group_pad_bytes and params.row_threads * vec == config.key_dim and \
+                params.tile_n * params.row_threads == params.threads:
+            # One pass over the tile on both sides: TVM 0.27's buffer compaction overflows int32
+            # on the regrouped tile then (seen for kd 8 and 16 at 32-64-position tiles).
+            problems.append(f"group_pad_bytes needs tile_n={params.tile_n} > threads/row_threads"
+                            f" when row_threads*vec = key_dim")
         if problems:
             raise ValueError(f"tiled params {params} do not fit {config}: " + "; ".join(problems))
 
@@ -149,6 +168,7 @@ class Tiled(ScheduleRule):
                              f"{params.vec_bytes}-byte accesses")
         sch, name = new_schedule(func)
         block, b, h, s, d, n = pass_loops(sch, pass_)
+        int32_kernel = str(sch.get(n).loop_var.ty) == "int32"
         slices = params.slices_per_cta
         streams, heads = int(sch.get(s).extent), int(sch.get(h).extent)
         # More slices than streams: the CTA takes whole heads, slices / streams of them, whose
@@ -191,6 +211,14 @@ class Tiled(ScheduleRule):
             sch.compute_at(staged, n_tile)
             aligned_block = staged
 
+        # int32 kernels only: TVM's layout transform wants one index dtype per access, and an
+        # int64 kernel's tile accesses mix them (those run past 2**31 elements only). Done
+        # before the loops are split: afterwards TVM's buffer compaction overflowed on it.
+        grouped = params.group_pad_bytes > 0 and int32_kernel
+        if grouped:
+            sch.transform_layout(aligned_block, ("write", 0),
+                                 lambda b, h, s, d, n: (b, h, s, d // vec_kd, d % vec_kd, n))
+
         # The kd-contiguous side: a warp covers threads/row_threads rows, row_threads vectors each,
         # vec_kd elements wide. Row starts are (row*N + n)*kd: aligned whenever kd % vec_kd == 0,
         # whatever N is, so this side keeps its width when an N tail narrows the other side.
@@ -217,6 +245,16 @@ class Tiled(ScheduleRule):
         sch.vectorize(n_vec)
         sch.unroll(steps)
 
+        if grouped:
+            # Tile rows d = (group, row in group): stride pad_bytes-aligned per row, plus the
+            # group pad per group of vec_kd rows (a skew: other banks for each kd vector).
+            sch.storage_align(aligned_block, 0, axis=4,
+                              factor=_BANK_ROW_BYTES // config.itemsize,
+                              offset=params.pad_bytes // config.itemsize)
+            sch.storage_align(aligned_block, 0, axis=3,
+                              factor=_BANK_ROW_BYTES // config.itemsize,
+                              offset=params.group_pad_bytes // config.itemsize)
+            return finish(sch, name)
         sch.storage_align(
             aligned_block, 0, axis=3, factor=_BANK_ROW_BYTES // config.itemsize,
             offset=params.pad_bytes // config.itemsize,
