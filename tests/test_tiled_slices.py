@@ -94,6 +94,12 @@ SETS = {
     # a skew per group of vec_kd tile rows (whole positions per warp access on the kd side)
     "tile64_r4_gpad32": TiledParams(tile_n=64, threads=128, row_threads=4, group_pad_bytes=32),
     "tile80_r2_gpad16": TiledParams(tile_n=80, threads=160, row_threads=2, group_pad_bytes=16),
+    "streams2_r4_gpad32": TiledParams(tile_n=64, threads=256, row_threads=4, slices_per_cta=2,
+                                      group_pad_bytes=32),
+    "heads2_r4_gpad32": TiledParams(tile_n=64, threads=256, row_threads=4, slices_per_cta=2,
+                                    heads_inner=True, group_pad_bytes=32),
+    "heads_whole4_gpad32": TiledParams(tile_n=32, threads=256, row_threads=4, slices_per_cta=4,
+                                       group_pad_bytes=32),
 }
 
 
@@ -207,8 +213,6 @@ def test_group_pads_that_do_not_fit_are_refused():
     for params, match in (
             (TiledParams(tile_n=64, threads=128, row_threads=4, group_pad_bytes=8),
              "multiple of 16"),
-            (TiledParams(tile_n=64, threads=128, row_threads=2, slices_per_cta=2,
-                         group_pad_bytes=32), "one slice per CTA"),
             (TiledParams(tile_n=32, threads=128, row_threads=4, group_pad_bytes=32),
              "tile_n=32 > threads/row_threads")):
         with pytest.raises(ValueError, match=match):
@@ -331,5 +335,5 @@ def test_the_tuning_table_compares_with_what_an_untuned_build_uses(tmp_path, mon
     assert set(defaults) == {tag, f"{tag}/qkv_grad_flash", f"{tag}/attn"}
     own = BuildRequest(OpConfig(32, 4, "float16"), "tiled", op="qkv_grad_flash").resolved_params()
     assert layout_tune.default_key(defaults, "qkv_grad_flash", 4, "bfloat16") \
-        == layout_tune.params_key(params_as_dict(own)) == "t64/128/r4/p16/k2/h"
+        == layout_tune.params_key(params_as_dict(own)) == "t64/128/r4/p16/k2/h/g32"
     assert layout_tune.default_key(defaults, "attn", 4, "float16") == "t64/256/r2/p16/k2"

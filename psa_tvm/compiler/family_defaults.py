@@ -30,15 +30,21 @@ from psa_tvm.layouts import stream_op
 #: +0.105), +0.069 (attn_flash, mean +0.132), +0.015 (qkv_grad_cudnn, mean +0.029) of copy.
 #: qkv_grad_flash's best worst case there (t64/128/r2) lost up to 0.078 in some cells: kept.
 #: Whole heads of every stream per CTA (up to the whole bnhd row) were slower for every op.
+#: v14 (docs/perf.md; layout_tune --grid skew, L2 flushed, one session, every candidate
+#: bit-exact): the tiled rule's group_pad_bytes skew. The two gradient packs, forward-only ops,
+#: take it: qkv_grad_cudnn with four threads per kd row, +0.02 to +0.07 of copy in each of its
+#: four cells (0.82-0.92 -> 0.88-0.94); qkv_grad_flash on its own set, +0.00 to +0.05. For the
+#: two-pass ops it helped the backward (+0.06 to +0.08 at 40x40) and cost the forward up to
+#: 0.07 in one set of params for both, so they keep theirs.
 FAMILY_TILED: dict[str, TiledParams] = {
     "qkv_grad_flash": TiledParams(tile_n=64, threads=128, row_threads=4, slices_per_cta=2,
-                                  heads_inner=True),
+                                  heads_inner=True, group_pad_bytes=32),
     "qkv": TiledParams(tile_n=64, threads=256, row_threads=2, slices_per_cta=2),
     "attn": TiledParams(tile_n=64, threads=256, row_threads=2, slices_per_cta=2),
     "attn_flash": TiledParams(tile_n=64, threads=256, row_threads=2, slices_per_cta=2,
                               heads_inner=True),
-    "qkv_grad_cudnn": TiledParams(tile_n=64, threads=256, row_threads=2, slices_per_cta=2,
-                                  heads_inner=True),
+    "qkv_grad_cudnn": TiledParams(tile_n=64, threads=256, row_threads=4, slices_per_cta=2,
+                                  heads_inner=True, group_pad_bytes=32),
 }
 
 

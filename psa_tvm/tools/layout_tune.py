@@ -129,6 +129,24 @@ def follow_up_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     return _grouping(config, op, FOLLOW_UP)
 
 
+def skew_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
+    """Each op's own params with its row threads and with whole positions per warp access on
+    the kd side (``row_threads = key_dim / vec``), without and with the tiled rule's
+    ``group_pad_bytes`` skew (32 bytes), at the own thread count and twice it (docs/perf.md
+    v14). The own params themselves are added by :func:`build`."""
+    from dataclasses import replace
+
+    from psa_tvm.compiler.artifact import BuildRequest
+    from psa_tvm.compiler.rules.tiled import Tiled
+
+    own = BuildRequest(config, "tiled", op=op).resolved_params()
+    whole = config.key_dim // Tiled().vector_width(config, own)
+    sets = [replace(own, row_threads=row_threads, threads=threads, group_pad_bytes=group_pad)
+            for threads, row_threads, group_pad in itertools.product(
+                (own.threads, 2 * own.threads), (own.row_threads, whole), (0, 32))]
+    return _checked(config, [p for p in dict.fromkeys(sets) if p != own])
+
+
 def wide_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     """The whole-heads grid for one family op (see :data:`WIDE_TILES`)."""
     from psa_tvm.compiler.rules.tiled import TiledParams
@@ -164,8 +182,9 @@ def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
         cands = (candidate_params(config) if grid == "base"
                  else cta_candidate_params(config, op) if grid == "cta"
                  else wide_candidate_params(config, op) if grid == "wide"
+                 else skew_candidate_params(config, op) if grid == "skew"
                  else follow_up_candidate_params(config, op))
-        if grid in ("wide", "follow-up"):  # the op's own params too, timed in the same sessions
+        if grid in ("wide", "follow-up", "skew"):  # the op's own params, in the same sessions
             cands = [*cands, asdict(BuildRequest(config, "tiled", op=op).resolved_params())]
         for params in cands:
             requests.append(BuildRequest(config, "tiled", TiledParams(**params),
@@ -196,11 +215,12 @@ EXTRA_SHAPES = ((128, 64, 80), (128, 16, 40), (512, 16, 40), (512, 8, 80))
 
 def params_key(params: dict) -> str:
     """``t<tile_n>/<threads>/r<row_threads>/p<pad_bytes>``, then ``/x`` (``slices_on_x``),
-    ``/k<slices_per_cta>`` and ``/h`` (``heads_inner``) where set."""
+    ``/k<slices_per_cta>``, ``/h`` (``heads_inner``) and ``/g<group_pad_bytes>`` where set."""
     return (f"t{params['tile_n']}/{params['threads']}/r{params['row_threads']}/"
             f"p{params['pad_bytes']}" + ("/x" if params.get("slices_on_x") else "")
             + (f"/k{params['slices_per_cta']}" if params.get("slices_per_cta", 1) > 1 else "")
-            + ("/h" if params.get("heads_inner") else ""))
+            + ("/h" if params.get("heads_inner") else "")
+            + (f"/g{params['group_pad_bytes']}" if params.get("group_pad_bytes") else ""))
 
 
 def _profile_rounds(calls: dict, iters: int, rounds: int) -> dict:
@@ -444,10 +464,12 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--dtypes", nargs="+", default=["float16"])
     b.add_argument("--ops", nargs="+", default=list(STREAM_OPS))
     b.add_argument("-j", "--jobs", type=int, default=1)
-    b.add_argument("--grid", choices=["base", "cta", "wide", "follow-up"], default="base",
+    b.add_argument("--grid", choices=["base", "cta", "wide", "follow-up", "skew"],
+                   default="base",
                    help="base: the 56-set grid; cta: the small grid of CTA_GRID; wide: whole "
-                        "heads per CTA (WIDE_TILES); follow-up: FOLLOW_UP; the last two with "
-                        "each op's own params")
+                        "heads per CTA (WIDE_TILES); follow-up: FOLLOW_UP; skew: the own params "
+                        "with whole positions per kd-side access and group_pad_bytes; the last "
+                        "three with each op's own params")
     t = sub.add_parser("time")
     t.add_argument("roots", nargs="+", help="artifact directories written by `build`")
     t.add_argument("--out", default="layout-tune")

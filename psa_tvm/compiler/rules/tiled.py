@@ -86,8 +86,8 @@ class TiledParams:
     from) span a multiple of 128 bytes, and the ``row_threads`` vectors of a position that a
     warp moves at once hit the same banks: ``row_threads = key_dim / vec_kd`` (one warp access
     covers whole positions, 512 contiguous bytes on the kd side) costs that many-way
-    conflicts. 32 puts the groups 32 bytes apart in the banks. One slice per CTA and int32
-    kernels only; left out of the stored params at 0 (digests unchanged)."""
+    conflicts. 32 puts the groups 32 bytes apart in the banks. int32 kernels only; left out of
+    the stored params at 0 (digests unchanged)."""
 
 
 def _pow2_floor(x: int) -> int:
@@ -146,12 +146,11 @@ class Tiled(ScheduleRule):
             )
         if params.pad_bytes % config.itemsize:
             problems.append(f"pad_bytes={params.pad_bytes} is not a multiple of the item size")
-        if params.group_pad_bytes % 16 or params.group_pad_bytes < 0 or (
-                params.group_pad_bytes and slices > 1):
+        if params.group_pad_bytes % 16 or params.group_pad_bytes < 0:
             problems.append(f"group_pad_bytes={params.group_pad_bytes} must be a multiple of 16 "
-                            f"(keeping the row side 16-byte aligned), with one slice per CTA")
+                            f"(keeping the row side 16-byte aligned)")
         elif params.group_pad_bytes and params.row_threads * vec == config.key_dim and \
-                params.tile_n * params.row_threads == params.threads:
+                params.tile_n * params.row_threads * max(1, slices) == params.threads:
             # One pass over the tile on both sides: TVM 0.27's buffer compaction overflows int32
             # on the regrouped tile then (seen for kd 8 and 16 at 32-64-position tiles).
             problems.append(f"group_pad_bytes needs tile_n={params.tile_n} > threads/row_threads"
@@ -245,20 +244,17 @@ class Tiled(ScheduleRule):
         sch.vectorize(n_vec)
         sch.unroll(steps)
 
+        # The tile row axis d of the staged buffer (b, h, s, d, n); grouped, d = (group, row in
+        # group) and the group stride is skewed by group_pad_bytes as well.
+        sch.storage_align(
+            aligned_block, 0, axis=4 if grouped else 3,
+            factor=_BANK_ROW_BYTES // config.itemsize,
+            offset=params.pad_bytes // config.itemsize,
+        )
         if grouped:
-            # Tile rows d = (group, row in group): stride pad_bytes-aligned per row, plus the
-            # group pad per group of vec_kd rows (a skew: other banks for each kd vector).
-            sch.storage_align(aligned_block, 0, axis=4,
-                              factor=_BANK_ROW_BYTES // config.itemsize,
-                              offset=params.pad_bytes // config.itemsize)
             sch.storage_align(aligned_block, 0, axis=3,
                               factor=_BANK_ROW_BYTES // config.itemsize,
                               offset=params.group_pad_bytes // config.itemsize)
-            return finish(sch, name)
-        sch.storage_align(
-            aligned_block, 0, axis=3, factor=_BANK_ROW_BYTES // config.itemsize,
-            offset=params.pad_bytes // config.itemsize,
-        )
         if slices > 1:
             # The slices' tiles are kd rows apart, a multiple of 128 bytes whenever kd is a
             # multiple of 8: pad them too, so the slices a warp touches land in other banks.
