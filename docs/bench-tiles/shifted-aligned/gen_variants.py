@@ -7,14 +7,10 @@ and nvcc; writes into OUT_DIR.
 
 from __future__ import annotations
 
-import json
-import subprocess
+import importlib.util
 import sys
 from pathlib import Path
 
-from psa_tvm.compiler import shifted
-from psa_tvm.compiler.cuda_fixups import pack_16bit_gathers
-from psa_tvm.compiler.lower import lower_cuda
 from psa_tvm.compiler.shifted import ShiftedParams
 from psa_tvm.config import OpConfig
 
@@ -33,29 +29,27 @@ VARIANTS = {
 
 
 def main(out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    meta = {}
-    for dtype, variants in VARIANTS.items():
-        config = OpConfig(32, 4, dtype)
-        funcs = {}
-        for (fwd_t, fwd_rt, ppt, grain), (bwd_tile, bwd_t, bwd_rt) in variants:
-            params = ShiftedParams(fwd_threads=fwd_t, fwd_row_threads=fwd_rt,
-                                   fwd_positions=ppt, grain=grain, bwd_tile_n=bwd_tile,
-                                   bwd_threads=bwd_t, bwd_row_threads=bwd_rt)
-            if (why := shifted.fits(config, params)) is not None:
-                print("skipped", dtype, params, why)
-                continue
-            tag = (f"{dtype[0]}{config.itemsize * 8}_f{fwd_t}r{fwd_rt}p{ppt}g{grain}"
-                   f"_b{bwd_tile}t{bwd_t}r{bwd_rt}")
-            funcs[f"fwd_{tag}"] = shifted.shifted_forward(config, params, f"fwd_{tag}")
-            funcs[f"bwd_{tag}"] = shifted.shifted_backward(config, params, f"bwd_{tag}")
-            meta[tag] = {"dtype": dtype, "tile": ppt * fwd_t // fwd_rt, "threads": fwd_t,
-                         "tile_bwd": bwd_tile, "threads_bwd": bwd_t}
-        source = out / f"shift_{dtype}.cu"
-        source.write_text(pack_16bit_gathers(lower_cuda(funcs).source, dtype))
-        subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-O3", str(source),
-                        "-o", str(out / f"shift_{dtype}.cubin")], check=True)
-    (out / "shift_meta.json").write_text(json.dumps(meta, indent=1))
+    def tag_of(dtype: str, config: OpConfig, p: ShiftedParams) -> str:
+        return (f"{dtype[0]}{config.itemsize * 8}_f{p.fwd_threads}r{p.fwd_row_threads}"
+                f"p{p.fwd_positions}g{p.grain}_b{p.bwd_tile_n}t{p.bwd_threads}"
+                f"r{p.bwd_row_threads}")
+
+    v13 = _load_v13()
+    v13.write_cubins(out, {dtype: [
+        ShiftedParams(fwd_threads=fwd_t, fwd_row_threads=fwd_rt, fwd_positions=ppt, grain=grain,
+                      bwd_tile_n=bwd_tile, bwd_threads=bwd_t, bwd_row_threads=bwd_rt)
+        for (fwd_t, fwd_rt, ppt, grain), (bwd_tile, bwd_t, bwd_rt) in sets]
+        for dtype, sets in VARIANTS.items()}, tag_of)
+
+
+def _load_v13():
+    """v13's generator (docs/bench-tiles/shifted/gen_variants.py), whose cubin writer this
+    sweep shares."""
+    spec = importlib.util.spec_from_file_location(
+        "shifted_v13_gen", Path(__file__).parent.parent / "shifted" / "gen_variants.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 if __name__ == "__main__":

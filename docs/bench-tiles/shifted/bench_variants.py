@@ -27,18 +27,20 @@ SHAPES = [(16, 37, 29), (64, 37, 29), (64, 20, 15), (16, 40, 23), (64, 40, 23), 
 NH, KD = 4, 32
 
 
-def main(artifacts: str, out_path: str) -> None:
-    meta = json.loads((HERE / "shift_meta.json").read_text())
+def main(artifacts: str, out_path: str, cubins: Path = HERE,
+         shapes: list[tuple[int, int, int]] = SHAPES) -> None:
+    """Every shape of ``shapes`` with the cubins of ``cubins`` (v14's sweep passes its own)."""
+    meta = json.loads((cubins / "shift_meta.json").read_text())
     prof = KernelProfiler(GpuTimer(reps=5), reps=15)
     stream_ptr = torch.cuda.current_stream().cuda_stream
     stream = cp.cuda.ExternalStream(stream_ptr)
     with open(out_path, "w") as sink:
         for dtype in DT:
-            module = cp.RawModule(path=str(HERE / f"shift_{dtype}.cubin"))
+            module = cp.RawModule(path=str(cubins / f"shift_{dtype}.cubin"))
             tags = [t for t, m in meta.items() if t != "kernels" and m["dtype"] == dtype]
             base = PsaMergeAttnRuntimeOp(KD, NH, dtype, artifacts=artifacts, arch="sm_90")
             tuned = PsaMergeAttnRuntimeOp(KD, NH, dtype, arch="sm_90", builds=base.builds)
-            for batch, h, w in SHAPES:
+            for batch, h, w in shapes:
                 row = one_shape(module, meta, tags, prof, tuned, stream, stream_ptr, dtype,
                                 batch, h, w)
                 sink.write(json.dumps(row) + "\n")
