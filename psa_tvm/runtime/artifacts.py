@@ -79,7 +79,8 @@ def find_build(root: Path, config: OpConfig, schedule: str, params: dict[str, An
         build = _lookup(root, config, schedule, params, op, shifted)
         if build is None:
             build_missing(root, config, schedule, params, op=op)
-            build = _lookup(root, config, schedule, params, op)
+            build = _lookup(root, config, schedule, params, op, shifted) \
+                or _lookup(root, config, schedule, params, op)
     if build is None:
         raise ArtifactNotFoundError(f"building {config.tag} {schedule} into {root} left no build")
     return build

@@ -312,11 +312,14 @@ def cmd_select(args: argparse.Namespace) -> int:
 def _select_shifted(root: Path, by_source: dict) -> list[dict]:
     """Per configuration, the shifted params whose forward (backward) kernel was fastest where
     a shifted kernel ran, among candidates that differ in them (``build --shifted``)."""
-    from psa_tvm.compiler.shifted import PASS_FIELDS, ShiftedParams, default_params
+    from psa_tvm.compiler.shifted import PASS_FIELDS, ShiftedParams, default_params, fits
 
     chosen: dict[tuple, dict] = {}
     for (pass_, dtype, key_dim, num_heads), per_source in sorted(
             _scores(root, by_source, True, SHIFTED_TUNE_SHAPES).items()):
+        # Builds from before manifests recorded their shifted params cannot be told apart.
+        per_source = {s: v for s, v in per_source.items()
+                      if by_source[s].shifted_params is not None}
         if len({json.dumps(by_source[s].shifted_params, sort_keys=True)
                 for s in per_source}) < 2:
             continue  # one set of shifted params (a tiled tuning run): nothing was compared
@@ -342,7 +345,14 @@ def _select_shifted(root: Path, by_source: dict) -> list[dict]:
         # A pass without timings keeps the defaults' fields.
         base = default_params(OpConfig(key_dim, num_heads, dtype))
         entry["params"] = {**_as_dict(base), **entry["params"]}
-        ShiftedParams(**entry["params"])  # a complete, valid set of fields
+        config = OpConfig(key_dim, num_heads, dtype)
+        if (why := fits(config, ShiftedParams(**entry["params"]))) is not None:
+            # The two passes' winners, each valid with the other pass's fields of its own
+            # build, need not fit together (shared memory): keep the defaults then.
+            print(f"shifted {config.tag}: the chosen passes do not fit together ({why}); "
+                  f"kept the defaults")
+            entry["params"] = _as_dict(base)
+            entry["kept_defaults"] = why  # the fractions above are the winners', not these
         entries.append(entry)
     return entries
 

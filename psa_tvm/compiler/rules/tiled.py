@@ -211,8 +211,8 @@ class Tiled(ScheduleRule):
             aligned_block = staged
 
         # int32 kernels only: TVM's layout transform wants one index dtype per access, and an
-        # int64 kernel's tile accesses mix them (those run past 2**31 elements only). Done
-        # before the loops are split: afterwards TVM's buffer compaction overflowed on it.
+        # int64 kernel's tile accesses mix them (those run past 2**31 elements only). The one
+        # layout TVM 0.27 cannot compact afterwards is refused by check_params.
         grouped = params.group_pad_bytes > 0 and int32_kernel
         if grouped:
             sch.transform_layout(aligned_block, ("write", 0),
