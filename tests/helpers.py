@@ -96,3 +96,13 @@ def untouched_memory(nbytes: int):
         pytest.skip(f"cannot reserve {nbytes} bytes of address space: {err}")
     _UNTOUCHED.append(region)
     return region
+
+
+def rule_n_side_bytes(kernel, itemsize: int) -> float:
+    """A kernel's N-side width in the launch rule as docs/native.md states it, written apart
+    from runtime/plan.py: a plain kernel's ``vec * itemsize``; a shifted one (any N) counts as
+    6 bytes, between an 8- and a 4-byte N side, and its second record (16-bit backward, for
+    N % 8 == 0) as just over its 16 bytes."""
+    if kernel.shifted:
+        return 6 if kernel.vec == 1 else kernel.vec * itemsize + 1
+    return kernel.vec * itemsize

@@ -15,6 +15,7 @@ import torch
 from psa_tvm import PsaMergeAttnRuntimeOp, RecordingVisitor, reference
 from psa_tvm.config import INT32_MAX, OpConfig
 from psa_tvm.runtime.manifest import Manifest, evaluate
+from tests.helpers import rule_n_side_bytes
 
 KD, NH = 32, 4
 C = 2 * NH * KD
@@ -67,11 +68,7 @@ def expected_kernel(build, pass_, n, *, alignment=16, index_dtype="int32", numel
     fits = [k for k in variants
             if n % k.vec == 0 and alignment % (max(k.vec, k.vec_kd) * itemsize) == 0
             and (numel is None or numel >= k.min_numel)]
-    def n_bytes(k) -> int:
-        if k.shifted:
-            return 6 if k.vec == 1 else k.vec * itemsize + 1
-        return k.vec * itemsize
-    return max(fits, key=lambda k: (k.vec_kd, n_bytes(k)))
+    return max(fits, key=lambda k: (k.vec_kd, rule_n_side_bytes(k, itemsize)))
 
 
 def manifest_dims(kernel, batch, n):

@@ -22,6 +22,7 @@ from psa_tvm.compiler.lower import lower_cuda  # noqa: E402
 from psa_tvm.config import OpConfig  # noqa: E402
 from psa_tvm.runtime.manifest import Manifest, kernel_symbol  # noqa: E402
 from psa_tvm.runtime.plan import choose_kernel  # noqa: E402
+from tests.helpers import rule_n_side_bytes  # noqa: E402
 
 DTYPES = ("float32", "float16", "bfloat16")
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -185,11 +186,7 @@ def _rule(kernels, n: int, alignment: int, itemsize: int) -> tuple[int, int, boo
     """The rule as docs/native.md states it, written independently of plan.py: the widest
     vec_kd, then the widest N side, a shifted kernel counting as between 8 and 4 bytes (its
     16-bit backward's second record, for N % 8 == 0: just over 16 bytes)."""
-    def n_bytes(k) -> float:
-        if k.shifted:
-            return 6 if k.vec == 1 else k.vec * itemsize + 1
-        return k.vec * itemsize
-    fits = [(k.vec_kd, n_bytes(k), k.vec, k.shifted) for k in kernels
+    fits = [(k.vec_kd, rule_n_side_bytes(k, itemsize), k.vec, k.shifted) for k in kernels
             if n % k.vec == 0 and alignment % (max(k.vec, k.vec_kd) * itemsize) == 0]
     best = max(fits)
     return best[0], best[2], best[3]

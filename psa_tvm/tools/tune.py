@@ -312,6 +312,7 @@ def cmd_select(args: argparse.Namespace) -> int:
 def _select_shifted(root: Path, by_source: dict) -> list[dict]:
     """Per configuration, the shifted params whose forward (backward) kernel was fastest where
     a shifted kernel ran, among candidates that differ in them (``build --shifted``)."""
+    from psa_tvm.compiler.rules.base import params_as_dict
     from psa_tvm.compiler.shifted import PASS_FIELDS, ShiftedParams, default_params, fits
 
     chosen: dict[tuple, dict] = {}
@@ -326,7 +327,7 @@ def _select_shifted(root: Path, by_source: dict) -> list[dict]:
         if (found := _best(per_source, SHIFTED_TUNE_SHAPES)) is None:
             continue
         best, fraction, tuned_on, compared = found
-        default = _as_dict(default_params(by_source[best].config))
+        default = params_as_dict(default_params(by_source[best].config))
         defaults = {s: v for s, v in per_source.items() if all(
             by_source[s].shifted_params[k] == default[k] for k in PASS_FIELDS[pass_])}
         kept = _best(per_source, SHIFTED_TUNE_SHAPES, among=defaults) if defaults else None
@@ -344,23 +345,17 @@ def _select_shifted(root: Path, by_source: dict) -> list[dict]:
     for (dtype, key_dim, num_heads), entry in chosen.items():
         # A pass without timings keeps the defaults' fields.
         base = default_params(OpConfig(key_dim, num_heads, dtype))
-        entry["params"] = {**_as_dict(base), **entry["params"]}
+        entry["params"] = {**params_as_dict(base), **entry["params"]}
         config = OpConfig(key_dim, num_heads, dtype)
         if (why := fits(config, ShiftedParams(**entry["params"]))) is not None:
             # The two passes' winners, each valid with the other pass's fields of its own
             # build, need not fit together (shared memory): keep the defaults then.
             print(f"shifted {config.tag}: the chosen passes do not fit together ({why}); "
                   f"kept the defaults")
-            entry["params"] = _as_dict(base)
+            entry["params"] = params_as_dict(base)
             entry["kept_defaults"] = why  # the fractions above are the winners', not these
         entries.append(entry)
     return entries
-
-
-def _as_dict(params) -> dict:
-    from dataclasses import asdict
-
-    return asdict(params)
 
 
 def _entry_key(entry: dict) -> tuple:
