@@ -290,6 +290,63 @@ def test_listed_ops_are_built_with_their_own_params_where_they_fit():
         .resolved_params() == SETS["tile80"]  # explicit params win
 
 
+def test_a_pass_with_a_set_of_its_own_is_built_with_it():
+    """The two-pass ops' scatters take FAMILY_TILED_PASS's sets; the gathers keep the op's; the
+    stored params and digests say so, and builds without per-pass sets keep their digests."""
+    from psa_tvm.compiler.family_defaults import FAMILY_TILED, FAMILY_TILED_PASS
+
+    assert {op for op, _ in FAMILY_TILED_PASS} == {"attn", "attn_flash", "qkv"}
+    for (op, pass_), own in FAMILY_TILED_PASS.items():
+        config = OpConfig(32, 4, "bfloat16")
+        request = BuildRequest(config, "tiled", op=op)
+        by_pass = request.resolved_pass_params()
+        assert by_pass[pass_] == own and own != FAMILY_TILED[op]
+        assert all(p == FAMILY_TILED[op] for q, p in by_pass.items() if q != pass_)
+        assert request.own_pass_params() == {pass_: params_as_dict(own)}
+        assert request.stem != BuildRequest(config, "tiled", FAMILY_TILED[op], op=op).stem
+        # where the op's set does not fit, neither does the pass's
+        assert BuildRequest(OpConfig(32, 4, "float32"), "tiled", op=op).own_pass_params() == {}
+        # explicit params are every pass's, unless a pass is given its own
+        explicit = BuildRequest(config, "tiled", SETS["tile80"], op=op)
+        assert set(explicit.resolved_pass_params().values()) == {SETS["tile80"]}
+        both = BuildRequest(config, "tiled", SETS["tile80"], op=op, pass_params=((pass_, own),))
+        assert both.resolved_pass_params()[pass_] == own
+    config = OpConfig(32, 4, "float16")
+    assert BuildRequest(config, "tiled", op="qkv_grad_flash").own_pass_params() == {}
+    with pytest.raises(ValueError, match="pass_params: op 'qkv_grad_flash' has passes"):
+        BuildRequest(config, "tiled", op="qkv_grad_flash",
+                     pass_params=(("backward", SETS["tile80"]),)).resolved_pass_params()
+
+
+def test_passes_of_one_build_must_agree_on_the_vector_width():
+    from dataclasses import replace
+
+    from psa_tvm.compiler.artifact import schedule_module
+
+    config = OpConfig(32, 4, "float16")
+    own = BuildRequest(config, "tiled", op="attn").resolved_params()
+    narrow = replace(own, vec_bytes=8)
+    with pytest.raises(ValueError, match="pass_params: every pass needs the same vector width"):
+        schedule_module(BuildRequest(config, "tiled", op="attn",
+                                     pass_params=(("backward", narrow),)))
+
+
+def test_the_manifest_reads_a_pass_s_own_params():
+    from pathlib import Path
+
+    from psa_tvm.runtime.manifest import BuildSpec
+
+    entry = {"key_dim": 32, "num_heads": 4, "dtype": "float16", "op": "attn",
+             "schedule": "tiled", "schedule_params": {"tile_n": 64},
+             "pass_params": {"backward": {"tile_n": 32}}, "vector_width": 8, "archs": ["sm_90"],
+             "source": "x.cu", "binaries": [], "kernels": []}
+    build = BuildSpec.from_json(Path("/a"), entry)
+    assert build.params_for("backward") == {"tile_n": 32}
+    assert build.params_for("forward") == {"tile_n": 64}
+    older = BuildSpec.from_json(Path("/a"), {k: v for k, v in entry.items() if k != "pass_params"})
+    assert older.params_for("backward") == {"tile_n": 64}
+
+
 def _own_default_cases() -> list[tuple[str, str, str]]:
     from psa_tvm.compiler.family_defaults import FAMILY_TILED
 
@@ -299,13 +356,14 @@ def _own_default_cases() -> list[tuple[str, str, str]]:
 
 @pytest.mark.parametrize(("op_name", "pass_", "index_dtype"), _own_default_cases())
 def test_every_variant_of_an_own_default_is_bit_exact(op_name, pass_, index_dtype):
-    """Every (vec_kd, vec) kernel a build with the op's own params holds (the GPU runs timed
-    only the 16-byte int32 ones), at an N with a partial tile; scalar N sides also at an odd N."""
+    """Every (vec_kd, vec) kernel a build with the op's own params (the pass's own, where it has
+    them) holds (the GPU runs timed only the 16-byte int32 ones), at an N with a partial tile;
+    scalar N sides also at an odd N."""
     from psa_tvm.compiler.artifact import variant_widths
-    from psa_tvm.compiler.family_defaults import FAMILY_TILED
 
-    params, op = FAMILY_TILED[op_name], STREAM_OPS[op_name]
+    op = STREAM_OPS[op_name]
     config = OpConfig(32, 2, "float16")
+    params = BuildRequest(config, "tiled", op=op_name).resolved_pass_params()[pass_]
     names = op.tensor_names(pass_)
     for vec_kd, vec in variant_widths(RULE.vector_width(config, params), index_dtype):
         func = stream_pass(config, op, pass_, vec=vec, index_dtype=index_dtype, name="f")
@@ -332,8 +390,12 @@ def test_the_tuning_table_compares_with_what_an_untuned_build_uses(tmp_path, mon
     layout_tune.build(tmp_path, [4], ["float16"], ["qkv_grad_flash", "attn"], 1, grid="cta")
     defaults = json.loads((tmp_path / "defaults.json").read_text())
     tag = OpConfig(32, 4, "float16").tag
-    assert set(defaults) == {tag, f"{tag}/qkv_grad_flash", f"{tag}/attn"}
+    assert set(defaults) == {tag, f"{tag}/qkv_grad_flash", f"{tag}/attn", f"{tag}/attn/backward"}
     own = BuildRequest(OpConfig(32, 4, "float16"), "tiled", op="qkv_grad_flash").resolved_params()
     assert layout_tune.default_key(defaults, "qkv_grad_flash", 4, "bfloat16") \
         == layout_tune.params_key(params_as_dict(own)) == "t64/128/r4/p16/k2/h/g32"
     assert layout_tune.default_key(defaults, "attn", 4, "float16") == "t64/256/r2/p16/k2"
+    assert layout_tune.default_key(defaults, "attn", 4, "float16", "forward") \
+        == "t64/256/r2/p16/k2"
+    assert layout_tune.default_key(defaults, "attn", 4, "float16", "backward") \
+        == "t64/256/r4/p16/k2/g32"

@@ -58,6 +58,9 @@ class BuildRequest:
     op: str = "merge"  # or a member of the attention layout family (psa_tvm.layouts)
     # The shifted kernels' ShiftedParams (tiled merge builds); None -> shifted.default_params.
     shifted_params: shifted.ShiftedParams | None = None
+    # ((pass, Params), ...): a pass scheduled with params of its own. Empty -> with ``params``
+    # given, every pass uses them; without, a family op's per-pass sets (family_defaults).
+    pass_params: tuple[tuple[str, Any], ...] = ()
 
     def resolved_params(self) -> Any:
         if self.params is not None:
@@ -68,6 +71,27 @@ class BuildRequest:
             if (params := family_params(self.op, self.config)) is not None:
                 return params
         return get_rule(self.schedule).default_params(self.config)
+
+    def resolved_pass_params(self) -> dict[str, Any]:
+        """Each pass's params: :meth:`resolved_params` unless the pass has a set of its own."""
+        overrides = dict(self.pass_params)
+        if not overrides and self.params is None and self.op != "merge" \
+                and self.schedule == "tiled":
+            from psa_tvm.compiler.family_defaults import family_pass_params
+
+            overrides = family_pass_params(self.op, self.config)
+        passes = _pass_functions(self.op)
+        if unknown := set(overrides) - set(passes):
+            raise ValueError(f"pass_params: op {self.op!r} has passes {list(passes)}, got "
+                             f"{sorted(unknown)}")
+        base = self.resolved_params()
+        return {pass_: overrides.get(pass_, base) for pass_ in passes}
+
+    def own_pass_params(self) -> dict[str, dict[str, Any]]:
+        """The passes whose params differ from :meth:`resolved_params`, as stored."""
+        base = self.resolved_params()
+        return {pass_: params_as_dict(params)
+                for pass_, params in self.resolved_pass_params().items() if params != base}
 
     def resolved_shifted_params(self) -> shifted.ShiftedParams:
         if self.shifted_params is not None:
@@ -80,6 +104,8 @@ class BuildRequest:
         if self.shifted_params not in (None, shifted.default_params(self.config)):
             # Only non-default shifted params enter the digest: older stems stay as they were.
             described["shifted"] = params_as_dict(self.shifted_params)
+        if own := self.own_pass_params():  # likewise: only builds with per-pass sets change
+            described["passes"] = own
         blob = json.dumps(described, sort_keys=True)
         digest = hashlib.sha1(blob.encode()).hexdigest()[:8]
         prefix = "" if self.op == "merge" else f"{self.op}-"
@@ -122,11 +148,18 @@ def variant_widths(full: int, index_dtype: str) -> list[tuple[int, int]]:
 def schedule_module(request: BuildRequest) -> dict[str, tuple[Variant, Any]]:
     """Every kernel variant of ``request``, scheduled, by global symbol."""
     rule = get_rule(request.schedule)
-    params = request.resolved_params()
-    rule.check_params(request.config, params)
-    full_vec = rule.vector_width(request.config, params)
+    by_pass = request.resolved_pass_params()
+    widths = set()
+    for params in by_pass.values():
+        rule.check_params(request.config, params)
+        widths.add(rule.vector_width(request.config, params))
+    if len(widths) != 1:  # one set of variants per build: the passes must agree on the width
+        raise ValueError(f"pass_params: every pass needs the same vector width, got "
+                         f"{sorted(widths)} for {by_pass}")
+    full_vec = widths.pop()
     funcs = {}
     for pass_, compute in _pass_functions(request.op).items():
+        params = by_pass[pass_]
         for index_dtype in INDEX_DTYPES:
             for vec_kd, vec in variant_widths(full_vec, index_dtype):
                 symbol = kernel_symbol(pass_, request.schedule, vec, index_dtype, vec_kd,
@@ -200,6 +233,7 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
         "op": request.op,
         "schedule": request.schedule,
         "schedule_params": params_as_dict(params),
+        **({"pass_params": own} if (own := request.own_pass_params()) else {}),
         "vector_width": rule.vector_width(request.config, params),
         "preferred": request.preferred,
         "archs": archs,

@@ -9,6 +9,10 @@ tables (``schedules/``) are not involved.
 A listed set applies only where it was measured to fit: 16-bit types and a configuration the
 params schedule (``heads_inner`` with ``slices_per_cta=k`` needs ``num_heads % k == 0``); any
 other configuration keeps the rule's default.
+
+:data:`FAMILY_TILED_PASS` gives one pass of a two-pass op a set of its own. A build still holds
+both passes (one source, one manifest entry, one native table row): each kernel record carries
+its own grid, block and shared memory, so the run time needs nothing else to launch it.
 """
 
 from __future__ import annotations
@@ -47,10 +51,37 @@ FAMILY_TILED: dict[str, TiledParams] = {
                                   heads_inner=True, group_pad_bytes=32),
 }
 
+#: The scatter of a two-pass op writes its kd side, as the merge's backward does: with four
+#: threads per kd row and the 32-byte skew it gained +0.01 to +0.08 of copy in 10 of its 12
+#: cells, was level in one and lost 0.01 in one (docs/perf.md v14 part 4 and v15; layout_tune
+#: --grid skew, L2 flushed, float16, nh 4 at 80x80/b64 and 40x40/b16, nh 6 at 40x40/b16 and
+#: 20x20/b32; e.g. attn nh 4 40x40/b16 0.92 -> 1.00). The same set cost the gathers up to 0.07
+#: (attn_flash nh 4 40x40 0.98 -> 0.92): they keep the op's set.
+FAMILY_TILED_PASS: dict[tuple[str, str], TiledParams] = {
+    ("attn", "backward"): TiledParams(tile_n=64, threads=256, row_threads=4, slices_per_cta=2,
+                                      group_pad_bytes=32),
+    ("attn_flash", "backward"): TiledParams(tile_n=64, threads=256, row_threads=4,
+                                            slices_per_cta=2, heads_inner=True,
+                                            group_pad_bytes=32),
+    ("qkv", "backward"): TiledParams(tile_n=64, threads=256, row_threads=4, slices_per_cta=2,
+                                     group_pad_bytes=32),
+}
+
 
 def family_params(op: str, config: OpConfig) -> TiledParams | None:
     """The op's own params for ``config``, or ``None`` for the rule's default."""
-    params = FAMILY_TILED.get(op)
+    return _fitting(FAMILY_TILED.get(op), op, config)
+
+
+def family_pass_params(op: str, config: OpConfig) -> dict[str, TiledParams]:
+    """The passes of ``op`` that have a set of their own for ``config``, with it."""
+    sets = {pass_: _fitting(params, op, config)
+            for (name, pass_), params in FAMILY_TILED_PASS.items() if name == op}
+    return {pass_: params for pass_, params in sets.items() if params is not None}
+
+
+def _fitting(params: TiledParams | None, op: str, config: OpConfig) -> TiledParams | None:
+    """``params`` where they were measured to fit ``config`` (see the module's doc)."""
     if params is None or config.itemsize != 2:
         return None
     grouped = config.num_heads if params.heads_inner else stream_op(op).num_streams

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -204,6 +204,12 @@ class BuildSpec:
     op: str = "merge"  # the merge, or a member of the attention layout family
     # What the build's shifted kernels were built with (compiler/shifted.py's ShiftedParams).
     shifted_params: dict[str, int] | None = None
+    # Passes scheduled with params of their own (a family op's scatter): pass -> params.
+    pass_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def params_for(self, pass_: str) -> dict[str, Any]:
+        """The schedule params ``pass_``'s kernels were built with."""
+        return self.pass_params.get(pass_, self.schedule_params)
 
     @classmethod
     def from_json(cls, root: Path, data: dict) -> BuildSpec:
@@ -216,6 +222,7 @@ class BuildSpec:
             binaries=tuple(BinarySpec.from_json(root, b) for b in data["binaries"]),
             kernels=tuple(KernelSpec.from_json(k) for k in data["kernels"]),
             op=data.get("op", "merge"), shifted_params=data.get("shifted_params"),
+            pass_params=data.get("pass_params", {}),
         )
 
     def kernel(self, pass_: str, vec: int, index_dtype: str) -> KernelSpec:

@@ -199,9 +199,12 @@ def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
         config = OpConfig(KEY_DIM, nh, d)
         defaults[config.tag] = asdict(Tiled().default_params(config))
         for op in ops:
-            own = BuildRequest(config, "tiled", op=op).resolved_params()
+            request = BuildRequest(config, "tiled", op=op)
+            own = request.resolved_params()
             if own != Tiled().default_params(config):
                 defaults[f"{config.tag}/{op}"] = asdict(own)
+            for pass_, params in request.own_pass_params().items():  # a pass's own set
+                defaults[f"{config.tag}/{op}/{pass_}"] = params
     (out / "defaults.json").write_text(json.dumps(defaults))
     start = time.perf_counter()
     build_artifacts(requests, out, ["sm_90"], jobs=jobs, keep_going=True, native=False)
@@ -384,7 +387,7 @@ def time_candidates(roots: list[Path], out: Path, iters: int, rounds: int, top: 
     stage("float16", lambda name, pass_, nh, cands: cands)
 
     def top_of(name: str, pass_: str, nh: int, cands: dict) -> dict:
-        default = default_key(defaults, name, nh, "float16")
+        default = default_key(defaults, name, nh, "float16", pass_)
         ranked = rank(records, name, pass_, nh, "float16")
         keys = [k for k in ranked[:top] if k in cands]
         keys += [k for k in cands if k == default and k not in keys]
@@ -394,12 +397,14 @@ def time_candidates(roots: list[Path], out: Path, iters: int, rounds: int, top: 
     return records, defaults
 
 
-def default_key(defaults: dict, op: str, nh: int, dtype: str) -> str:
-    """The candidate key of what an untuned build of ``op`` uses (its own params, else the
-    rule's default; float16's when ``dtype`` has none recorded)."""
+def default_key(defaults: dict, op: str, nh: int, dtype: str, pass_: str | None = None) -> str:
+    """The candidate key of what an untuned build of ``op`` uses for ``pass_`` (the pass's own
+    params, else the op's, else the rule's default; float16's when ``dtype`` has none
+    recorded)."""
     for d in (dtype, "float16"):
         tag = OpConfig(KEY_DIM, nh, d).tag
-        found = defaults.get(f"{tag}/{op}") or defaults.get(tag)
+        found = (pass_ is not None and defaults.get(f"{tag}/{op}/{pass_}")) \
+            or defaults.get(f"{tag}/{op}") or defaults.get(tag)
         if found:
             return params_key(found)
     return params_key({"tile_n": 0, "threads": 0, "row_threads": 0, "pad_bytes": 0})
@@ -432,7 +437,7 @@ def table(records: list[dict], defaults: dict) -> str:
     for (name, pass_, dtype, nh), recs in sorted(groups.items()):
         shapes = sorted({(r["dim"], r["batch"], r["size"]) for r in recs}, reverse=True)
         frac = {(r["cand"], (r["dim"], r["batch"], r["size"])): r["fraction"] for r in recs}
-        default = default_key(defaults, name, nh, dtype)
+        default = default_key(defaults, name, nh, dtype, pass_)
         ranked = rank(records, name, pass_, nh, dtype)
         if not ranked:
             continue
