@@ -65,6 +65,56 @@ def test_tune_select_weighs_tails_and_records_the_variants(tmp_path):
     assert all(t["variant"] == [1, 1] for t in entry["tuned_on"])
 
 
+def test_tune_select_averages_runs_on_given_shapes_and_keeps_the_table_within_min_gain(
+        tmp_path):
+    """``--results`` of two runs are averaged per shape, ``--shapes`` picks the shapes, and with
+    ``--min-gain`` the table's params stay unless a candidate beats them by that much."""
+    import json
+
+    from psa_tvm.compiler.rules.base import params_as_dict
+    from psa_tvm.compiler.rules.tiled import TiledParams
+    from psa_tvm.tools import tune
+
+    config = OpConfig(8, 1, "float32")
+    tabled, other = (TiledParams(tile_n=64, threads=64, row_threads=2),
+                     TiledParams(tile_n=128, threads=128, row_threads=2))
+    build_artifacts([BuildRequest(config, "tiled", p, preferred=False)
+                     for p in (tabled, other)], tmp_path, ["sm_90"], native=False)
+    sources = {b.schedule_params["tile_n"]: str(b.source.relative_to(tmp_path))
+               for b in Manifest.load(tmp_path).builds}
+    shapes = ((64, 20, 12), (16, 20, 12))
+
+    def run(path, fractions: dict) -> str:
+        path.write_text("".join(json.dumps({
+            "source": sources[tile], "pass": "forward", "shape": list(shape),
+            "us": 10 / fractions[tile], "copy_us": 10.0, "variant": [1, 1]}) + "\n"
+            for tile in (64, 128) for shape in shapes))
+        return str(path)
+
+    # tile 128 wins run 1 by 4% and loses run 2 by 2%: +1% on the mean
+    runs = [run(tmp_path / "r1.jsonl", {64: 0.90, 128: 0.936}),
+            run(tmp_path / "r2.jsonl", {64: 0.90, 128: 0.882})]
+    out = tmp_path / "table.json"
+    out.write_text(json.dumps({"entries": [{
+        "pass": "forward", "dtype": "float32", "key_dim": 8, "num_heads": 1,
+        "schedule": "tiled", "params": params_as_dict(tabled)}]}))
+    select = ["select", "--artifacts", str(tmp_path), "-o", str(out), "--results", *runs,
+              "--shapes", "64,20,12;16,20,12"]
+
+    def chosen(*extra: str) -> tuple[int, float, list]:
+        assert tune.main([*select, *extra]) == 0
+        (entry,) = json.loads(out.read_text())["entries"]
+        return (entry["params"]["tile_n"], entry["fraction_of_copy"],
+                [t["shape"] for t in entry["tuned_on"]])
+
+    assert chosen() == (128, 0.909, [list(s) for s in shapes])
+    out.write_text(json.dumps({"entries": [{
+        "pass": "forward", "dtype": "float32", "key_dim": 8, "num_heads": 1,
+        "schedule": "tiled", "params": params_as_dict(tabled)}]}))
+    assert chosen("--min-gain", "0.02")[:2] == (64, 0.9)  # +1% < 2%: the table's stays
+    assert chosen("--min-gain", "0.005")[0] == 128
+
+
 def test_tune_select_tunes_shifted_params_per_pass(tmp_path):
     """Shifted candidates (`tune build --shifted`): the forward fields come from the candidate
     whose shifted forward was fastest, the backward fields from the backward's; timings where a

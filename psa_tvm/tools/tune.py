@@ -24,6 +24,7 @@ import itertools
 import json
 import math
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 from psa_tvm.config import DTYPE_ITEMSIZE, OpConfig
@@ -226,26 +227,35 @@ def time_candidate(timer, build, pass_: str, shape: tuple[int, int, int],
             "shifted": kernel.shifted}
 
 
-def _scores(root: Path, by_source: dict, shifted: bool, shapes: tuple) -> dict:
+def _scores(root: Path, by_source: dict, shifted: bool, shapes: tuple,
+            results: list[Path] | None = None) -> dict:
     """(pass, dtype, kd, nh) -> source -> shape -> (fraction of copy, variant that ran), from
-    the timings where a shifted kernel ran (``shifted``) or a plain one did."""
-    scores: dict[tuple, dict[str, dict[tuple, tuple]]] = {}
-    for line in (root / RESULTS).read_text().splitlines():
-        r = json.loads(line)
-        build = by_source.get(r["source"])
-        if build is None or tuple(r["shape"]) not in shapes or \
-                r.get("shifted", False) != shifted:
-            continue
-        c = build.config
-        key = (r["pass"], c.dtype, c.key_dim, c.num_heads)
-        variant = [*r["variant"], "s"] if shifted else r.get("variant")
-        scores.setdefault(key, {}).setdefault(r["source"], {})[tuple(r["shape"])] = (
-            r["copy_us"] / r["us"], variant)
-    return scores
+    the timings where a shifted kernel ran (``shifted``) or a plain one did; with several
+    ``results`` files (runs of the same candidates), the fraction is their mean."""
+    fractions: dict[tuple, dict[str, dict[tuple, list]]] = {}
+    variants: dict[tuple, object] = {}
+    for path in results or [root / RESULTS]:
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            build = by_source.get(r["source"])
+            if build is None or tuple(r["shape"]) not in shapes or \
+                    r.get("shifted", False) != shifted:
+                continue
+            c = build.config
+            key = (r["pass"], c.dtype, c.key_dim, c.num_heads)
+            shape = tuple(r["shape"])
+            fractions.setdefault(key, {}).setdefault(r["source"], {}).setdefault(
+                shape, []).append(r["copy_us"] / r["us"])
+            variants[key, r["source"], shape] = ([*r["variant"], "s"] if shifted
+                                                 else r.get("variant"))
+    return {key: {source: {shape: (sum(f) / len(f), variants[key, source, shape])
+                           for shape, f in per_shape.items()}
+                  for source, per_shape in per_source.items()}
+            for key, per_source in fractions.items()}
 
 
 def _best(per_source: dict, order: tuple,
-          among: dict | None = None) -> tuple[str, float, list[dict], int] | None:
+          among: Collection[str] | None = None) -> tuple[str, float, list[dict], int] | None:
     """The source with the best geometric mean over the shapes every candidate was timed on:
     (source, that mean, its per-shape record, candidates compared), or None if fewer than two
     candidates were; ``among``: the best of these sources only (on the same shapes)."""
@@ -268,23 +278,33 @@ def cmd_select(args: argparse.Namespace) -> int:
     root = Path(args.artifacts)
     manifest = Manifest.load(root)
     by_source = {str(b.source.relative_to(root)): b for b in manifest.builds if b.op == "merge"}
+    shapes = _parse_shapes(args.shapes)
+    results = [Path(r) for r in args.results] if args.results else None
+    out = Path(args.output)
+    previous = json.loads(out.read_text()) if out.exists() else {}
+    tabled = {_entry_key(e): e["params"] for e in previous.get("entries", [])}
     entries = []
     for (pass_, dtype, key_dim, num_heads), per_source in sorted(
-            _scores(root, by_source, False, TUNE_SHAPES).items()):
+            _scores(root, by_source, False, shapes, results).items()):
         if len({json.dumps(by_source[s].schedule_params, sort_keys=True)
                 for s in per_source}) < 2:
             continue  # one set of tiled params (a `build --shifted` run): nothing was compared
-        if (found := _best(per_source, TUNE_SHAPES)) is None:
+        if (found := _best(per_source, shapes)) is None:
             continue
         best, fraction, tuned_on, compared = found
+        current = tabled.get((pass_, dtype, key_dim, num_heads))
+        kept = _best(per_source, shapes, among={
+            s for s in per_source if by_source[s].schedule_params == current}) \
+            if current is not None and args.min_gain else None
+        if kept is not None and fraction < kept[1] * (1 + args.min_gain):
+            best, fraction, tuned_on, _ = kept  # within the noise of the table's: keep it
         entries.append({"pass": pass_, "dtype": dtype, "key_dim": key_dim,
                         "num_heads": num_heads, "schedule": by_source[best].schedule,
                         "params": by_source[best].schedule_params,
                         "fraction_of_copy": round(fraction, 4), "candidates": compared,
                         "tuned_on": tuned_on})
-    shifted_entries = _select_shifted(root, by_source)
-    out = Path(args.output)
-    previous = json.loads(out.read_text()) if args.update and out.exists() else {}
+    shifted_entries = _select_shifted(root, by_source, results)
+    previous = previous if args.update else {}
     # --update keeps what earlier runs tuned for other configurations (and passes).
     fresh = {_entry_key(e) for e in entries}
     entries = sorted([e for e in previous.get("entries", []) if _entry_key(e) not in fresh]
@@ -309,7 +329,8 @@ def cmd_select(args: argparse.Namespace) -> int:
     return 0
 
 
-def _select_shifted(root: Path, by_source: dict) -> list[dict]:
+def _select_shifted(root: Path, by_source: dict,
+                    results: list[Path] | None = None) -> list[dict]:
     """Per configuration, the shifted params whose forward (backward) kernel was fastest where
     a shifted kernel ran, among candidates that differ in them (``build --shifted``)."""
     from psa_tvm.compiler.rules.base import params_as_dict
@@ -317,7 +338,7 @@ def _select_shifted(root: Path, by_source: dict) -> list[dict]:
 
     chosen: dict[tuple, dict] = {}
     for (pass_, dtype, key_dim, num_heads), per_source in sorted(
-            _scores(root, by_source, True, SHIFTED_TUNE_SHAPES).items()):
+            _scores(root, by_source, True, SHIFTED_TUNE_SHAPES, results).items()):
         # Builds from before manifests recorded their shifted params cannot be told apart.
         per_source = {s: v for s, v in per_source.items()
                       if by_source[s].shifted_params is not None}
@@ -402,6 +423,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the table to write, e.g. schedules/sm_90.json in a checkout")
     select.add_argument("--update", action="store_true",
                         help="keep the output table's entries for configurations not timed here")
+    select.add_argument("--shapes", default=None, metavar="B,H,W;B,H,W",
+                        help=f"the shapes to select on (default {TUNE_SHAPES}); every candidate "
+                             "must have been timed on each")
+    select.add_argument("--results", nargs="+", default=None, metavar="JSONL",
+                        help="timings to select from, e.g. two runs' (default: the artifact "
+                             "directory's results.jsonl); a fraction of copy is their mean")
+    select.add_argument("--min-gain", type=float, default=0.0,
+                        help="keep the output table's params for a pass unless the best "
+                             "candidate's geometric mean beats theirs by this fraction "
+                             "(e.g. 0.01; they must be among the candidates)")
     select.set_defaults(func=cmd_select)
 
 
