@@ -62,6 +62,22 @@ def test_the_candidate_grid_holds_the_default_and_only_valid_params():
             rule.check_params(config, params)
 
 
+def test_the_gather_grid_varies_tiles_and_threads_around_the_gather_s_own_params():
+    """``--grid gather``: the forward's own params (not a scatter's own set) with 64/128-position
+    tiles, 128-512 threads and 1, 2 or the own threads per kd row; the CTA grouping kept."""
+    rule = get_rule("tiled")
+    for op in ("attn", "qkv_grad_cudnn"):
+        own = BuildRequest(CONFIG, "tiled", op=op).resolved_pass_params()["forward"]
+        grid = [TiledParams(**p) for p in layout_tune.gather_candidate_params(CONFIG, op)]
+        assert grid and own not in grid and len(grid) == len(set(grid))
+        assert {(p.slices_per_cta, p.heads_inner, p.group_pad_bytes) for p in grid} == {
+            (own.slices_per_cta, own.heads_inner, own.group_pad_bytes)}
+        assert {p.tile_n for p in grid} == {64, 128} and {p.row_threads for p in grid} == (
+            {1, 2, own.row_threads})
+        for params in grid:
+            rule.check_params(CONFIG, params)
+
+
 def _record(cand: str, fraction: float, dim: int, batch: int, size: int,
             mismatch: bool = False) -> dict:
     return {"op": "attn", "pass": "forward", "dim": dim, "nh": dim // 64, "batch": batch,

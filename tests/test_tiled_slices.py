@@ -262,15 +262,17 @@ def test_a_tile_that_is_no_power_of_two_plans_on_the_cpu(tmp_path):
 
 # ------------------------------------------------------------------ the family ops' own defaults
 def test_listed_ops_are_built_with_their_own_params_where_they_fit():
-    from psa_tvm.compiler.family_defaults import FAMILY_TILED, family_params
+    from psa_tvm.compiler.family_defaults import FAMILY_TILED, FAMILY_TILED_HEADS, family_params
 
     assert set(FAMILY_TILED) == set(STREAM_OPS)
-    for op, own in FAMILY_TILED.items():
+    for op, listed in FAMILY_TILED.items():
         for dtype in ("float16", "bfloat16"):
             for nh in (2, 4, 6, 8):
                 config = OpConfig(32, nh, dtype)
+                own = FAMILY_TILED_HEADS.get((op, nh), listed)  # a head count's own set first
                 assert family_params(op, config) == own
                 assert BuildRequest(config, "tiled", op=op).resolved_params() == own
+        own = listed
         # untested dtype; kd = 16 is two vectors, which row_threads=4 does not fit
         misfits = [OpConfig(32, 4, "float32")] + [OpConfig(16, 4, "float16")] * (
             own.row_threads == 4)
@@ -347,22 +349,24 @@ def test_the_manifest_reads_a_pass_s_own_params():
     assert older.params_for("backward") == {"tile_n": 64}
 
 
-def _own_default_cases() -> list[tuple[str, str, str]]:
-    from psa_tvm.compiler.family_defaults import FAMILY_TILED
+def _own_default_cases() -> list[tuple[str, str, str, int]]:
+    """(op, pass, index dtype, nh): every op's own set at nh 2, a head count's own at its nh."""
+    from psa_tvm.compiler.family_defaults import FAMILY_TILED, FAMILY_TILED_HEADS
 
-    return [(op, pass_, index_dtype) for op in FAMILY_TILED
+    heads = [(op, 2) for op in FAMILY_TILED] + list(FAMILY_TILED_HEADS)
+    return [(op, pass_, index_dtype, nh) for op, nh in heads
             for pass_ in STREAM_OPS[op].passes for index_dtype in ("int32", "int64")]
 
 
-@pytest.mark.parametrize(("op_name", "pass_", "index_dtype"), _own_default_cases())
-def test_every_variant_of_an_own_default_is_bit_exact(op_name, pass_, index_dtype):
+@pytest.mark.parametrize(("op_name", "pass_", "index_dtype", "nh"), _own_default_cases())
+def test_every_variant_of_an_own_default_is_bit_exact(op_name, pass_, index_dtype, nh):
     """Every (vec_kd, vec) kernel a build with the op's own params (the pass's own, where it has
     them) holds (the GPU runs timed only the 16-byte int32 ones), at an N with a partial tile;
     scalar N sides also at an odd N."""
     from psa_tvm.compiler.artifact import variant_widths
 
     op = STREAM_OPS[op_name]
-    config = OpConfig(32, 2, "float16")
+    config = OpConfig(32, nh, "float16")
     params = BuildRequest(config, "tiled", op=op_name).resolved_pass_params()[pass_]
     names = op.tensor_names(pass_)
     for vec_kd, vec in variant_widths(RULE.vector_width(config, params), index_dtype):
@@ -370,12 +374,12 @@ def test_every_variant_of_an_own_default_is_bit_exact(op_name, pass_, index_dtyp
         kernel = emulate(RULE.apply(func, pass_, config, params, vec, vec_kd))
         for height, width in ((8, 13),) + (((7, 9),) if vec == 1 else ()):
             n = height * width
-            shapes = op.kernel_shapes(pass_, 2, n, 2, 32)
+            shapes = op.kernel_shapes(pass_, 2, n, nh, 32)
             tensors = {name: inputs(shapes[name], torch.float16, "cpu", seed=i)
                        for i, name in enumerate(names[:-1])}
             out = torch.full(shapes[names[-1]], float("nan"), dtype=torch.float16)
             kernel(*tensors.values(), out, n // vec)
-            expected = _torch_reference(op, pass_, tensors, 2, n, 2, 32, height, width)
+            expected = _torch_reference(op, pass_, tensors, 2, n, nh, 32, height, width)
             assert bitwise_equal(out, expected), (op_name, pass_, vec_kd, vec, index_dtype, n)
 
 

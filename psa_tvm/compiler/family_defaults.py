@@ -39,13 +39,18 @@ from psa_tvm.layouts import stream_op
 #: take it: qkv_grad_cudnn with four threads per kd row, +0.02 to +0.07 of copy in each of its
 #: four cells (0.82-0.92 -> 0.88-0.94); qkv_grad_flash on its own set, +0.00 to +0.05. For the
 #: two-pass ops it helped the backward (+0.06 to +0.08 at 40x40) and cost the forward up to
-#: 0.07 in one set of params for both, so they keep theirs.
+#: 0.07 in one set of params for both, so they keep theirs (their backwards now have their own:
+#: FAMILY_TILED_PASS). v15 (layout_tune --grid gather, the gathers only, L2 flushed):
+#: attn_flash's gather with 128 threads and one per kd row, 0.90-0.96 -> 0.93-0.97 at the
+#: smaller shape of each nh and 0.97-1.02 -> 1.01-1.05 at 40x40 (7 of 8 cells up, by +0.01 to
+#: +0.07; one -0.01). The other gathers kept theirs: nothing in that grid beat them by more than
+#: the runs' spread, and the merge forward's 128-position, one-thread-per-row set lost 0.1-0.4.
 FAMILY_TILED: dict[str, TiledParams] = {
     "qkv_grad_flash": TiledParams(tile_n=64, threads=128, row_threads=4, slices_per_cta=2,
                                   heads_inner=True, group_pad_bytes=32),
     "qkv": TiledParams(tile_n=64, threads=256, row_threads=2, slices_per_cta=2),
     "attn": TiledParams(tile_n=64, threads=256, row_threads=2, slices_per_cta=2),
-    "attn_flash": TiledParams(tile_n=64, threads=256, row_threads=2, slices_per_cta=2,
+    "attn_flash": TiledParams(tile_n=64, threads=128, row_threads=1, slices_per_cta=2,
                               heads_inner=True),
     "qkv_grad_cudnn": TiledParams(tile_n=64, threads=256, row_threads=4, slices_per_cta=2,
                                   heads_inner=True, group_pad_bytes=32),
@@ -67,10 +72,20 @@ FAMILY_TILED_PASS: dict[tuple[str, str], TiledParams] = {
                                      group_pad_bytes=32),
 }
 
+#: (op, num_heads) -> params, ahead of FAMILY_TILED where an op's best set differs by head
+#: count. qkv_grad_flash at nh 6: 256 threads instead of 128, 0.87/0.95 -> 0.90/0.97 (float16)
+#: and 0.87/0.92 -> 0.89/0.94 (bfloat16) at 384/32/20x20 and 384/16/40x40 (v14's skew sweep
+#: and v15's gather sweep agree); at nh 4 the 128-thread set stays ahead (+0.01 to +0.02).
+FAMILY_TILED_HEADS: dict[tuple[str, int], TiledParams] = {
+    ("qkv_grad_flash", 6): TiledParams(tile_n=64, threads=256, row_threads=4, slices_per_cta=2,
+                                       heads_inner=True, group_pad_bytes=32),
+}
+
 
 def family_params(op: str, config: OpConfig) -> TiledParams | None:
     """The op's own params for ``config``, or ``None`` for the rule's default."""
-    return _fitting(FAMILY_TILED.get(op), op, config)
+    params = FAMILY_TILED_HEADS.get((op, config.num_heads), FAMILY_TILED.get(op))
+    return _fitting(params, op, config)
 
 
 def family_pass_params(op: str, config: OpConfig) -> dict[str, TiledParams]:

@@ -147,6 +147,23 @@ def skew_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     return _checked(config, [p for p in dict.fromkeys(sets) if p != own])
 
 
+def gather_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
+    """The gather's (the ``forward`` pass: the NCHW side written along N) own params with the
+    tile sizes, thread counts and kd-row sharing the merge's tuned forwards use (kd=32 nh=4
+    16-bit: 128 positions, 128 threads, one thread per kd row; docs/perf.md v15), keeping the
+    op's CTA grouping (``slices_per_cta``, ``heads_inner``). The own params are added by
+    :func:`build`."""
+    from dataclasses import replace
+
+    from psa_tvm.compiler.artifact import BuildRequest
+
+    own = BuildRequest(config, "tiled", op=op).resolved_pass_params()["forward"]
+    sets = [replace(own, tile_n=tile_n, threads=threads, row_threads=row_threads)
+            for tile_n, threads, row_threads in itertools.product(
+                (64, 128), (128, 256, 512), dict.fromkeys((1, 2, own.row_threads)))]
+    return _checked(config, [p for p in dict.fromkeys(sets) if p != own])
+
+
 def wide_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     """The whole-heads grid for one family op (see :data:`WIDE_TILES`)."""
     from psa_tvm.compiler.rules.tiled import TiledParams
@@ -183,8 +200,9 @@ def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
                  else cta_candidate_params(config, op) if grid == "cta"
                  else wide_candidate_params(config, op) if grid == "wide"
                  else skew_candidate_params(config, op) if grid == "skew"
+                 else gather_candidate_params(config, op) if grid == "gather"
                  else follow_up_candidate_params(config, op))
-        if grid in ("wide", "follow-up", "skew"):  # the op's own params, in the same sessions
+        if grid in ("wide", "follow-up", "skew", "gather"):  # the op's own, in the same sessions
             cands = [*cands, asdict(BuildRequest(config, "tiled", op=op).resolved_params())]
         for params in cands:
             requests.append(BuildRequest(config, "tiled", TiledParams(**params),
@@ -333,7 +351,9 @@ def time_pass(name: str, pass_: str, dim: int, batch: int, size: int, dtype_name
 
 
 def time_candidates(roots: list[Path], out: Path, iters: int, rounds: int, top: int,
-                    budget_s: float, flush: bool = False) -> tuple[list[dict], dict]:
+                    budget_s: float, flush: bool = False,
+                    passes: tuple[str, ...] = ("forward", "backward")
+                    ) -> tuple[list[dict], dict]:
     """float16: every candidate at every shape; bfloat16: the ``top`` float16 winners per
     (op, pass, num_heads) plus the default. ``flush``: L2 flushed before every run."""
     profiler = None
@@ -364,7 +384,7 @@ def time_candidates(roots: list[Path], out: Path, iters: int, rounds: int, top: 
                 cands = builds.get((name, nh, dtype_name))
                 if not cands:
                     continue
-                for pass_ in op.passes:
+                for pass_ in (p for p in op.passes if p in passes):
                     chosen = pick(name, pass_, nh, cands)
                     if time.perf_counter() - start > budget_s:
                         records.append({"skipped": f"budget: {dtype_name} {name} {pass_} "
@@ -469,12 +489,13 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--dtypes", nargs="+", default=["float16"])
     b.add_argument("--ops", nargs="+", default=list(STREAM_OPS))
     b.add_argument("-j", "--jobs", type=int, default=1)
-    b.add_argument("--grid", choices=["base", "cta", "wide", "follow-up", "skew"],
+    b.add_argument("--grid", choices=["base", "cta", "wide", "follow-up", "skew", "gather"],
                    default="base",
                    help="base: the 56-set grid; cta: the small grid of CTA_GRID; wide: whole "
                         "heads per CTA (WIDE_TILES); follow-up: FOLLOW_UP; skew: the own params "
-                        "with whole positions per kd-side access and group_pad_bytes; the last "
-                        "three with each op's own params")
+                        "with whole positions per kd-side access and group_pad_bytes; gather: "
+                        "the gather's own params with the merge forward's tiles and threads; "
+                        "the last four with each op's own params")
     t = sub.add_parser("time")
     t.add_argument("roots", nargs="+", help="artifact directories written by `build`")
     t.add_argument("--out", default="layout-tune")
@@ -482,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--rounds", type=int, default=3)
     t.add_argument("--top", type=int, default=3, help="bfloat16: the float16 top N + default")
     t.add_argument("--budget-s", type=float, default=120.0)
+    t.add_argument("--passes", nargs="+", choices=["forward", "backward"],
+                   default=["forward", "backward"], help="the passes to time")
     t.add_argument("--flush", action="store_true",
                    help="time each candidate after an L2 flush (KernelProfiler medians) "
                         "against a copy of the bytes read + written")
@@ -492,7 +515,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     records, defaults = time_candidates([Path(r) for r in args.roots], out, args.iters,
-                                        args.rounds, args.top, args.budget_s, args.flush)
+                                        args.rounds, args.top, args.budget_s, args.flush,
+                                        tuple(args.passes))
     text = table(records, defaults)
     (out / "layout_tune.md").write_text(text + "\n")
     print(text)
