@@ -173,8 +173,11 @@ def bench_block(c1: int, batch: int, size: int, dtype: torch.dtype, qkv_format: 
     (wall, host CPU and GPU time per call). The implementations are timed in interleaved
     rounds of 100 calls; each keeps its best round (and the median is recorded): the host's
     background load drifts over seconds, and timing one implementation after the other would
-    charge the drift to whichever ran later. ``qkv_format`` channels_last: the block and its
-    inputs in channels_last memory (a channels_last model)."""
+    charge the drift to whichever ran later. The same drift is why each patched record also
+    compares *within* rounds: the median over rounds of its wall time over stock's in that
+    round, and in how many rounds it was the faster (a paired sign count, robust to a host
+    whose rounds spread more than the difference). ``qkv_format`` channels_last: the block and
+    its inputs in channels_last memory (a channels_last model)."""
     try:
         from ultralytics.nn.modules.block import C2PSA
     except ImportError:
@@ -235,9 +238,16 @@ def bench_block(c1: int, batch: int, size: int, dtype: torch.dtype, qkv_format: 
                     return fn()
             gpu, _ = kernel_times(call, 50)
             wall = sorted(walls[part, impl])
+            paired = {}
+            stock_walls = walls.get((part, "stock"), [])
+            if impl != "stock" and len(walls[part, impl]) == len(stock_walls):
+                ratios = sorted(w / s for w, s in zip(walls[part, impl], stock_walls,
+                                                      strict=True))
+                paired = {"round_ratio_median": ratios[len(ratios) // 2],
+                          "rounds_faster": sum(r < 1 for r in ratios)}
             records.append({**record, "gpu_us": gpu, "wall_us": wall[0],
                             "wall_median_us": wall[len(wall) // 2],
-                            "cpu_us": min(cpus[part, impl]), "rounds": rounds})
+                            "cpu_us": min(cpus[part, impl]), "rounds": rounds, **paired})
     unpatch(block)
     return records
 
@@ -340,6 +350,9 @@ def markdown(records: list[dict]) -> str:
         wall = f"{r['wall_us']:.1f}"
         if "wall_median_us" in r:  # the blocks: best round (median round; host CPU time)
             wall += f" ({r['wall_median_us']:.0f}; cpu {r['cpu_us']:.0f})"
+        if "rounds_faster" in r:  # paired within rounds: median ratio, rounds it was faster
+            wall_speedup += (f" (per round {1 / r['round_ratio_median']:.2f}, faster in "
+                             f"{r['rounds_faster']}/{r['rounds']})")
         rows.append(f"| {r['part']} | {shape} | {r['dtype']} | {mode} | {r['impl']} | "
                     f"{r['gpu_us']:.1f} | {wall} | {speedup} | {wall_speedup} | {share} |")
     return "\n".join(rows)
