@@ -41,9 +41,9 @@ from psa_tvm.layouts import stream_op
 #: two-pass ops it helped the backward (+0.06 to +0.08 at 40x40) and cost the forward up to
 #: 0.07 in one set of params for both, so they keep theirs (their backwards now have their own:
 #: FAMILY_TILED_PASS). v15 (layout_tune --grid gather, the gathers only, L2 flushed):
-#: attn_flash's gather with 128 threads and one per kd row, 0.90-0.96 -> 0.93-0.97 at the
-#: smaller shape of each nh and 0.97-1.02 -> 1.01-1.05 at 40x40 (7 of 8 cells up, by +0.01 to
-#: +0.07; one -0.01). The other gathers kept theirs: nothing in that grid beat them by more than
+#: attn_flash's gather with 128 threads and one per kd row, 0.90-0.96 -> 0.93-0.97 at 80x80/b64
+#: (nh 4) and 20x20/b32 (nh 6), 0.97-1.02 -> 1.01-1.05 at 40x40/b16 (7 of 8 cells up, by +0.01
+#: to +0.07; one -0.01). The other gathers kept theirs: nothing in that grid beat them by more than
 #: the runs' spread, and the merge forward's 128-position, one-thread-per-row set lost 0.1-0.4.
 FAMILY_TILED: dict[str, TiledParams] = {
     "qkv_grad_flash": TiledParams(tile_n=64, threads=128, row_threads=4, slices_per_cta=2,
