@@ -538,3 +538,42 @@ def test_cpu_kernels_are_compiled_once(tmp_path, monkeypatch):
     assert len(calls) == 1, "compiled again although the artifact directory had it"
     assert second.library == first.library
     runtime_cpu.clear_memory_cache()
+
+
+def test_the_newest_default_build_is_found_after_the_defaults_change(tmp_path):
+    """A directory rebuilt after a family op's (or a rule's) defaults changed holds both builds:
+    an untuned lookup finds the newest default one, whatever the sources' sort order; explicit
+    params still find theirs; tuning candidates never become the default."""
+    from psa_tvm.compiler.artifact import write_manifest
+
+    def entry(source: str, params: dict, default: bool, preferred: bool = True) -> dict:
+        return {"key_dim": 32, "num_heads": 4, "dtype": "float16", "op": "attn",
+                "schedule": "tiled", "schedule_params": params, "vector_width": 8,
+                "preferred": preferred, "default": default, "archs": ["sm_90"],
+                "source": source, "binaries": [], "kernels": []}
+
+    config = OpConfig(32, 4, "float16")
+    # the older build's source sorts first, so "first preferred" alone would pick it
+    write_manifest(tmp_path, [entry("kd32_nh4_float16/attn-tiled-0old.cu", {"tile_n": 64}, True)])
+    write_manifest(tmp_path, [entry("kd32_nh4_float16/attn-tiled-9new.cu", {"tile_n": 128},
+                                    True),
+                              entry("kd32_nh4_float16/attn-tiled-5cand.cu", {"tile_n": 32},
+                                    False, preferred=False)])
+    manifest = Manifest.load(tmp_path)
+    assert manifest.find(config, "tiled", op="attn").schedule_params == {"tile_n": 128}
+    assert manifest.find(config, "tiled", {"tile_n": 64}, op="attn").schedule_params \
+        == {"tile_n": 64}
+    assert manifest.find(config, "tiled", {"tile_n": 16}, op="attn").schedule_params \
+        == {"tile_n": 128}  # params not built: the default, not any preferred build
+    raw = json.loads((tmp_path / "manifest.json").read_text())
+    assert [b["default"] for b in raw["builds"]] == [False, False, True]
+    # a manifest from before the flag: the first preferred build, as before
+    for build in raw["builds"]:
+        del build["default"]
+    (tmp_path / "manifest.json").write_text(json.dumps(raw))
+    assert Manifest.load(tmp_path).find(config, "tiled", op="attn").schedule_params \
+        == {"tile_n": 64}
+
+
+def test_builds_without_explicit_params_are_marked_default(raw_manifest):
+    assert raw_manifest["builds"] and all(b["default"] for b in raw_manifest["builds"])

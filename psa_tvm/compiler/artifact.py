@@ -236,6 +236,8 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
         **({"pass_params": own} if (own := request.own_pass_params()) else {}),
         "vector_width": rule.vector_width(request.config, params),
         "preferred": request.preferred,
+        # what an untuned call of this configuration runs (Manifest.find): the newest such
+        "default": request.params is None and not request.pass_params and request.preferred,
         "archs": archs,
         "compiler": compiled.compiler,
         "source": f"{request.stem}.cu",
@@ -327,6 +329,12 @@ def write_manifest(out: Path, entries: list[dict], cpu_entries: Iterable[dict] =
         return _merge_manifest(path, entries, list(cpu_entries))
 
 
+def _same_kind(a: dict, b: dict) -> bool:
+    """Two manifest entries of one configuration, op and schedule."""
+    return a.get("op", "merge") == b.get("op", "merge") and all(
+        a[k] == b[k] for k in ("key_dim", "num_heads", "dtype", "schedule"))
+
+
 def _merge_manifest(path: Path, entries: list[dict], cpu_entries: list[dict]) -> Path:
     builds: dict[str, dict] = {}
     cpu: dict[str, dict] = {}
@@ -344,7 +352,12 @@ def _merge_manifest(path: Path, entries: list[dict], cpu_entries: list[dict]) ->
         old = builds.get(entry["source"])
         # The same parameters built again as a tuning candidate stay the preferred build.
         preferred = entry["preferred"] or bool(old and old["preferred"])
-        builds[entry["source"]] = {**entry, "preferred": preferred}
+        default = entry.get("default", False) or bool(old and old.get("default"))
+        builds[entry["source"]] = {**entry, "preferred": preferred, "default": default}
+        if entry.get("default"):  # the newest default build of its kind: older ones step down
+            for source, other in builds.items():
+                if source != entry["source"] and other.get("default") and _same_kind(other, entry):
+                    builds[source] = {**other, "default": False}
     manifest = {
         "format": MANIFEST_FORMAT,
         "psa_tvm_version": __version__,

@@ -206,6 +206,9 @@ class BuildSpec:
     shifted_params: dict[str, int] | None = None
     # Passes scheduled with params of their own (a family op's scatter): pass -> params.
     pass_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Built without explicit params (what an untuned call runs), and the newest such build of
+    # its (config, op, schedule) in the directory: older ones lose the flag when it is written.
+    default: bool = False
 
     def params_for(self, pass_: str) -> dict[str, Any]:
         """The schedule params ``pass_``'s kernels were built with."""
@@ -222,7 +225,7 @@ class BuildSpec:
             binaries=tuple(BinarySpec.from_json(root, b) for b in data["binaries"]),
             kernels=tuple(KernelSpec.from_json(k) for k in data["kernels"]),
             op=data.get("op", "merge"), shifted_params=data.get("shifted_params"),
-            pass_params=data.get("pass_params", {}),
+            pass_params=data.get("pass_params", {}), default=data.get("default", False),
         )
 
     def kernel(self, pass_: str, vec: int, index_dtype: str) -> KernelSpec:
@@ -320,8 +323,10 @@ class Manifest:
     def find(self, config: OpConfig, schedule: str,
              params: dict[str, Any] | None = None, op: str = "merge",
              shifted_params: dict[str, int] | None = None) -> BuildSpec:
-        """The build of ``config`` with ``schedule`` (and ``params`` if given, else preferred);
-        among equal candidates the one built with ``shifted_params`` (a tuned table's) first."""
+        """The build of ``config`` with ``schedule``: with ``params`` if given and built, else
+        the newest default build (built without explicit params; a directory rebuilt after the
+        defaults changed also holds older ones), else a preferred one. Among equal candidates
+        the one built with ``shifted_params`` (a tuned table's) first."""
         matches = [b for b in self.builds
                    if b.config == config and b.schedule == schedule and b.op == op]
         if shifted_params is not None:  # stable: the order of the manifest otherwise
@@ -330,9 +335,9 @@ class Manifest:
             exact = [b for b in matches if b.schedule_params == params]
             if exact:
                 return exact[0]
-        preferred = [b for b in matches if b.preferred]
-        if preferred:
-            return preferred[0]
+        for chosen in ([b for b in matches if b.default], [b for b in matches if b.preferred]):
+            if chosen:
+                return chosen[0]
         if matches:
             return matches[0]
         have = sorted({f"{b.config.tag}/{b.schedule}" for b in self.builds})
