@@ -78,6 +78,26 @@ def test_the_gather_grid_varies_tiles_and_threads_around_the_gather_s_own_params
             rule.check_params(CONFIG, params)
 
 
+def test_the_divides_grid_and_each_pass_s_own_params_in_the_same_session(tmp_path, monkeypatch):
+    """``--grid divides``: 40/80-position tiles around each pass's own params; ``build`` adds
+    every pass's own set (attn's scatter has one of its own) beside the candidates."""
+    import psa_tvm.compiler.artifact as artifact
+
+    grid = [TiledParams(**p) for p in layout_tune.divides_candidate_params(CONFIG, "attn")]
+    assert grid and {p.tile_n for p in grid} == {40, 80}
+    for params in grid:
+        get_rule("tiled").check_params(CONFIG, params)
+    built = []
+    monkeypatch.setattr(artifact, "build_artifacts",
+                        lambda requests, *a, **k: built.extend(requests))
+    for name in ("variant_widths", "INDEX_DTYPES"):  # build() narrows them for its process
+        monkeypatch.setattr(artifact, name, getattr(artifact, name))
+    layout_tune.build(tmp_path, [4], ["float16"], ["attn"], 1, grid="divides")
+    owns = BuildRequest(CONFIG, "tiled", op="attn").resolved_pass_params()
+    assert set(owns.values()) <= {r.params for r in built}
+    assert len(built) == len(grid) + len(set(owns.values()))
+
+
 def _record(cand: str, fraction: float, dim: int, batch: int, size: int,
             mismatch: bool = False) -> dict:
     return {"op": "attn", "pass": "forward", "dim": dim, "nh": dim // 64, "batch": batch,

@@ -164,6 +164,20 @@ def gather_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     return _checked(config, [p for p in dict.fromkeys(sets) if p != own])
 
 
+def divides_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
+    """Each pass's own params with tiles that divide every YOLO square's N (400, 1600, 6400 are
+    multiples of 40 and 80; the own 64-position tiles leave 20x20 a quarter-full last tile) at
+    80-320 threads. The own params are added by :func:`build`."""
+    from dataclasses import replace
+
+    from psa_tvm.compiler.artifact import BuildRequest
+
+    owns = BuildRequest(config, "tiled", op=op).resolved_pass_params().values()
+    sets = [replace(own, tile_n=tile_n, threads=threads)
+            for own in owns for tile_n, threads in itertools.product((40, 80), (80, 160, 320))]
+    return _checked(config, [p for p in dict.fromkeys(sets) if p not in owns])
+
+
 def wide_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     """The whole-heads grid for one family op (see :data:`WIDE_TILES`)."""
     from psa_tvm.compiler.rules.tiled import TiledParams
@@ -201,9 +215,11 @@ def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
                  else wide_candidate_params(config, op) if grid == "wide"
                  else skew_candidate_params(config, op) if grid == "skew"
                  else gather_candidate_params(config, op) if grid == "gather"
+                 else divides_candidate_params(config, op) if grid == "divides"
                  else follow_up_candidate_params(config, op))
-        if grid in ("wide", "follow-up", "skew", "gather"):  # the op's own, in the same sessions
-            cands = [*cands, asdict(BuildRequest(config, "tiled", op=op).resolved_params())]
+        if grid in ("wide", "follow-up", "skew", "gather", "divides"):  # the own, same sessions
+            owns = BuildRequest(config, "tiled", op=op).resolved_pass_params().values()
+            cands = [*cands, *(asdict(own) for own in dict.fromkeys(owns))]  # each pass's
         for params in cands:
             requests.append(BuildRequest(config, "tiled", TiledParams(**params),
                                          preferred=False, op=op))
@@ -489,13 +505,15 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--dtypes", nargs="+", default=["float16"])
     b.add_argument("--ops", nargs="+", default=list(STREAM_OPS))
     b.add_argument("-j", "--jobs", type=int, default=1)
-    b.add_argument("--grid", choices=["base", "cta", "wide", "follow-up", "skew", "gather"],
+    b.add_argument("--grid", choices=["base", "cta", "wide", "follow-up", "skew", "gather",
+                                      "divides"],
                    default="base",
                    help="base: the 56-set grid; cta: the small grid of CTA_GRID; wide: whole "
                         "heads per CTA (WIDE_TILES); follow-up: FOLLOW_UP; skew: the own params "
                         "with whole positions per kd-side access and group_pad_bytes; gather: "
                         "the gather's own params with the merge forward's tiles and threads; "
-                        "the last four with each op's own params")
+                        "divides: each pass's own params with 40/80-position tiles; the last "
+                        "five with each op's own params")
     t = sub.add_parser("time")
     t.add_argument("roots", nargs="+", help="artifact directories written by `build`")
     t.add_argument("--out", default="layout-tune")
