@@ -129,22 +129,30 @@ def follow_up_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     return _grouping(config, op, FOLLOW_UP)
 
 
+def _variations(config: OpConfig, owns: Iterable, axes: dict[str, Iterable]) -> Iterator[dict]:
+    """Each of the ``owns`` params with every combination of ``axes`` (field -> values), in
+    product order, checked, the ``owns`` themselves left out (:func:`build` adds them)."""
+    from dataclasses import replace
+
+    owns = list(owns)
+    sets = [replace(own, **dict(zip(axes, values, strict=True)))
+            for own in owns for values in itertools.product(*axes.values())]
+    return _checked(config, [p for p in dict.fromkeys(sets) if p not in owns])
+
+
 def skew_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     """Each op's own params with its row threads and with whole positions per warp access on
     the kd side (``row_threads = key_dim / vec``), without and with the tiled rule's
     ``group_pad_bytes`` skew (32 bytes), at the own thread count and twice it (docs/perf.md
     v14). The own params themselves are added by :func:`build`."""
-    from dataclasses import replace
-
     from psa_tvm.compiler.artifact import BuildRequest
     from psa_tvm.compiler.rules.tiled import Tiled
 
     own = BuildRequest(config, "tiled", op=op).resolved_params()
     whole = config.key_dim // Tiled().vector_width(config, own)
-    sets = [replace(own, row_threads=row_threads, threads=threads, group_pad_bytes=group_pad)
-            for threads, row_threads, group_pad in itertools.product(
-                (own.threads, 2 * own.threads), (own.row_threads, whole), (0, 32))]
-    return _checked(config, [p for p in dict.fromkeys(sets) if p != own])
+    return _variations(config, [own], {"threads": (own.threads, 2 * own.threads),
+                                       "row_threads": (own.row_threads, whole),
+                                       "group_pad_bytes": (0, 32)})
 
 
 def gather_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
@@ -153,29 +161,21 @@ def gather_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     16-bit: 128 positions, 128 threads, one thread per kd row; docs/perf.md v15), keeping the
     op's CTA grouping (``slices_per_cta``, ``heads_inner``). The own params are added by
     :func:`build`."""
-    from dataclasses import replace
-
     from psa_tvm.compiler.artifact import BuildRequest
 
     own = BuildRequest(config, "tiled", op=op).resolved_pass_params()["forward"]
-    sets = [replace(own, tile_n=tile_n, threads=threads, row_threads=row_threads)
-            for tile_n, threads, row_threads in itertools.product(
-                (64, 128), (128, 256, 512), dict.fromkeys((1, 2, own.row_threads)))]
-    return _checked(config, [p for p in dict.fromkeys(sets) if p != own])
+    return _variations(config, [own], {"tile_n": (64, 128), "threads": (128, 256, 512),
+                                       "row_threads": dict.fromkeys((1, 2, own.row_threads))})
 
 
 def divides_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     """Each pass's own params with tiles that divide every YOLO square's N (400, 1600, 6400 are
     multiples of 40 and 80; the own 64-position tiles leave 20x20 a quarter-full last tile) at
     80-320 threads. The own params are added by :func:`build`."""
-    from dataclasses import replace
-
     from psa_tvm.compiler.artifact import BuildRequest
 
     owns = BuildRequest(config, "tiled", op=op).resolved_pass_params().values()
-    sets = [replace(own, tile_n=tile_n, threads=threads)
-            for own in owns for tile_n, threads in itertools.product((40, 80), (80, 160, 320))]
-    return _checked(config, [p for p in dict.fromkeys(sets) if p not in owns])
+    return _variations(config, owns, {"tile_n": (40, 80), "threads": (80, 160, 320)})
 
 
 def wide_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:

@@ -274,6 +274,19 @@ def _best(per_source: dict, order: tuple,
     return best, products[best] ** (1 / len(ordered)), tuned_on, len(complete)
 
 
+def _best_beating(per_source: dict, order: tuple, baseline: Collection[str],
+                  min_gain: float) -> tuple[str, float, list[dict], int] | None:
+    """:func:`_best`, unless it beats the best of the ``baseline`` sources (the table's or the
+    defaults' params) by less than ``min_gain``: then that one, within the runs' noise."""
+    found = _best(per_source, order)
+    if found is None or not baseline or not min_gain:
+        return found
+    kept = _best(per_source, order, among=baseline)
+    if kept is not None and found[1] < kept[1] * (1 + min_gain):
+        return (*kept[:3], found[3])
+    return found
+
+
 def cmd_select(args: argparse.Namespace) -> int:
     root = Path(args.artifacts)
     manifest = Manifest.load(root)
@@ -289,15 +302,11 @@ def cmd_select(args: argparse.Namespace) -> int:
         if len({json.dumps(by_source[s].schedule_params, sort_keys=True)
                 for s in per_source}) < 2:
             continue  # one set of tiled params (a `build --shifted` run): nothing was compared
-        if (found := _best(per_source, shapes)) is None:
+        current = tabled.get((pass_, dtype, key_dim, num_heads))
+        tabled_sources = {s for s in per_source if by_source[s].schedule_params == current}
+        if (found := _best_beating(per_source, shapes, tabled_sources, args.min_gain)) is None:
             continue
         best, fraction, tuned_on, compared = found
-        current = tabled.get((pass_, dtype, key_dim, num_heads))
-        kept = _best(per_source, shapes, among={
-            s for s in per_source if by_source[s].schedule_params == current}) \
-            if current is not None and args.min_gain else None
-        if kept is not None and fraction < kept[1] * (1 + args.min_gain):
-            best, fraction, tuned_on, _ = kept  # within the noise of the table's: keep it
         entries.append({"pass": pass_, "dtype": dtype, "key_dim": key_dim,
                         "num_heads": num_heads, "schedule": by_source[best].schedule,
                         "params": by_source[best].schedule_params,
@@ -345,15 +354,13 @@ def _select_shifted(root: Path, by_source: dict,
         if len({json.dumps(by_source[s].shifted_params, sort_keys=True)
                 for s in per_source}) < 2:
             continue  # one set of shifted params (a tiled tuning run): nothing was compared
-        if (found := _best(per_source, SHIFTED_TUNE_SHAPES)) is None:
+        default = params_as_dict(default_params(OpConfig(key_dim, num_heads, dtype)))
+        defaults = {s for s in per_source if all(
+            by_source[s].shifted_params[k] == default[k] for k in PASS_FIELDS[pass_])}
+        if (found := _best_beating(per_source, SHIFTED_TUNE_SHAPES, defaults,
+                                   SHIFTED_MIN_GAIN)) is None:
             continue
         best, fraction, tuned_on, compared = found
-        default = params_as_dict(default_params(by_source[best].config))
-        defaults = {s: v for s, v in per_source.items() if all(
-            by_source[s].shifted_params[k] == default[k] for k in PASS_FIELDS[pass_])}
-        kept = _best(per_source, SHIFTED_TUNE_SHAPES, among=defaults) if defaults else None
-        if kept is not None and fraction < kept[1] * (1 + SHIFTED_MIN_GAIN):
-            best, fraction, tuned_on, _ = kept  # within the noise of the defaults: keep them
         entry = chosen.setdefault((dtype, key_dim, num_heads), {
             "dtype": dtype, "key_dim": key_dim, "num_heads": num_heads, "params": {},
             "fraction_of_copy": {}, "candidates": {}, "tuned_on": {}})
