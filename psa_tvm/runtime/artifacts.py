@@ -60,8 +60,8 @@ def find_build(root: Path, config: OpConfig, schedule: str, params: dict[str, An
         return build
     if not may_build:
         if (params is not None or shifted is not None) and (
-                fallback := _lookup(root, config, schedule, params)
-                or _lookup(root, config, schedule, None)):
+                fallback := _lookup(root, config, schedule, params, op)
+                or _lookup(root, config, schedule, None, op)):
             return fallback  # the user's directory lacks the tuned build: run what they built
         Manifest.load(root).find(config, schedule, op=op)  # raises, saying what is missing and how
         raise AssertionError("unreachable")
