@@ -183,3 +183,13 @@ def test_shifted_candidates_are_valid_and_start_with_the_defaults():
         assert found[0] == shifted.default_params(config)
         assert len(found) == len(set(found)) > 10
         assert all(shifted.fits(config, p) is None for p in found)
+
+
+def test_tune_shapes_are_checked_before_anything_runs():
+    from psa_tvm.tools import tune
+
+    assert tune._parse_shapes("64,20,12;16,40,40") == ((64, 20, 12), (16, 40, 40))
+    assert tune._parse_shapes(None) == tune.TUNE_SHAPES
+    for bad in ("64,20", "64,20,x", "64,0,12", "1,2,3;"):
+        with pytest.raises(ValueError, match="--shapes: expected 'B,H,W;B,H,W'"):
+            tune._parse_shapes(bad)

@@ -193,7 +193,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _parse_shapes(text: str | None, default=TUNE_SHAPES) -> tuple[tuple[int, int, int], ...]:
     if not text:
         return default
-    return tuple(tuple(int(x) for x in part.split(",")) for part in text.split(";"))
+    try:
+        shapes = tuple(tuple(int(x) for x in part.split(",")) for part in text.split(";"))
+    except ValueError:
+        shapes = ()
+    if not shapes or any(len(s) != 3 or min(s) < 1 for s in shapes):
+        raise ValueError(f"--shapes: expected 'B,H,W;B,H,W' with positive sizes, got {text!r}")
+    return shapes
 
 
 def time_candidate(timer, build, pass_: str, shape: tuple[int, int, int],
