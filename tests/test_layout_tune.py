@@ -78,6 +78,24 @@ def test_the_gather_grid_varies_tiles_and_threads_around_the_gather_s_own_params
             rule.check_params(CONFIG, params)
 
 
+def test_the_stage_grid_stages_every_candidate_around_each_pass_s_own_params():
+    """``--grid stage``: the register stage at 64/128-position tiles and 128/256 threads, the
+    rest of each pass's own set kept; keys mark it ``/s``."""
+    rule = get_rule("tiled")
+    for op in ("attn", "qkv_grad_flash"):
+        owns = BuildRequest(CONFIG, "tiled", op=op).resolved_pass_params().values()
+        grid = [TiledParams(**p) for p in layout_tune.stage_candidate_params(CONFIG, op)]
+        assert grid and len(grid) == len(set(grid)) and not set(grid) & set(owns)
+        assert all(p.stage_loads for p in grid)
+        assert {p.tile_n for p in grid} == {64, 128} and {p.threads for p in grid} == {128, 256}
+        assert {(p.row_threads, p.slices_per_cta, p.heads_inner, p.group_pad_bytes)
+                for p in grid} == {(o.row_threads, o.slices_per_cta, o.heads_inner,
+                                    o.group_pad_bytes) for o in owns}
+        for params in grid:
+            rule.check_params(CONFIG, params)
+            assert layout_tune.params_key(params_as_dict(params)).endswith("/s")
+
+
 def test_the_divides_grid_and_each_pass_s_own_params_in_the_same_session(tmp_path, monkeypatch):
     """``--grid divides``: 40/80-position tiles around each pass's own params; ``build`` adds
     every pass's own set (attn's scatter has one of its own) beside the candidates."""

@@ -11,6 +11,7 @@ candidate bitwise against the others (``layout_tune time``)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -100,6 +101,18 @@ SETS = {
                                     heads_inner=True, group_pad_bytes=32),
     "heads_whole4_gpad32": TiledParams(tile_n=32, threads=256, row_threads=4, slices_per_cta=4,
                                        group_pad_bytes=32),
+    # the forward's loads of a thread all before its first shared store (a register stage):
+    # one and several vectors per kd row, tiles with a partial last one, slices and heads
+    "default_staged": replace(RULE.default_params(F16), stage_loads=True),
+    "tile128_r1_staged": TiledParams(tile_n=128, threads=128, row_threads=1, stage_loads=True),
+    "tile80_staged": TiledParams(tile_n=80, threads=160, row_threads=4, stage_loads=True),
+    "heads2_r4_gpad32_staged": TiledParams(tile_n=64, threads=256, row_threads=4,
+                                           slices_per_cta=2, heads_inner=True,
+                                           group_pad_bytes=32, stage_loads=True),
+    "streams2_x_staged": TiledParams(tile_n=40, threads=160, row_threads=2, slices_per_cta=2,
+                                     slices_on_x=True, stage_loads=True),
+    "heads_whole8_staged": TiledParams(tile_n=32, threads=256, row_threads=4, slices_per_cta=8,
+                                       stage_loads=True),
 }
 
 
@@ -207,6 +220,28 @@ def test_params_that_do_not_fit_are_refused():
     with pytest.raises(ValueError, match="does not divide the heads"):
         RULE.apply(func, "forward", F16, TiledParams(tile_n=64, threads=192, row_threads=4,
                                                      slices_per_cta=3, heads_inner=True), 8, 8)
+
+
+def test_the_register_stage_issues_a_threads_loads_before_its_first_tile_store():
+    """What ``stage_loads`` is for, in the CUDA source: without it the second 16-byte load
+    comes after the first one's stores into the shared tile (so it waits for that data)."""
+    from psa_tvm.compiler.lower import lower_cuda
+
+    config = OpConfig(32, 6, "float16")
+    func = stream_pass(config, STREAM_OPS["qkv_grad_cudnn"], "forward", vec=8, name="k")
+    own = TiledParams(tile_n=64, threads=128, row_threads=4, slices_per_cta=2,
+                      heads_inner=True, group_pad_bytes=32)
+    for staged in (False, True):
+        params = replace(own, stage_loads=staged)
+        source = lower_cuda({"k": RULE.apply(func, "forward", config, params, 8, 8)}).source
+        body = source.index("\n", source.index("__shared__"))  # past the tile's declaration
+        fill = source[body:source.index("__syncthreads()")]
+        loads = [fill.index(f"*(uint4*)({t}_ptr") for t in ("dq", "dk", "dv")]
+        last_load = max(fill.rindex(f"*(uint4*)({t}_ptr") for t in ("dq", "dk", "dv"))
+        first_store = fill.index("merge_shared_ptr[")
+        assert fill.count("*(uint4*)(dq_ptr") == 4  # 64 positions x 2 heads x 32 / 8 / 128
+        assert (last_load < first_store) == staged, staged
+        assert min(loads) < first_store
 
 
 def test_group_pads_that_do_not_fit_are_refused():

@@ -137,3 +137,20 @@ def test_tune_select_needs_an_explicit_output():
 
     with pytest.raises(SystemExit):
         tune.main(["select", "--artifacts", "nowhere"])
+
+
+def test_stage_candidates_are_what_runs_now_without_and_with_the_register_stage():
+    """``psa-tvm tune build --stage``: each pass's tuned set as it is and staged at its own,
+    half and twice its threads, all valid, no duplicates."""
+    from psa_tvm.tools.tune import stage_candidates
+
+    config = OpConfig(32, 4, "float16")
+    rule = get_rule("tiled")
+    found = stage_candidates(config)
+    assert len(found) == len(set(found))
+    for pass_ in ("forward", "backward"):
+        own = rule.params_from_dict(tuned_entry("sm_90", pass_, config)["params"])
+        assert own in found and dataclasses.replace(own, stage_loads=True) in found
+    for params in found:
+        rule.check_params(config, params)
+    assert {p.threads for p in found if p.stage_loads} >= {64, 128, 256}

@@ -178,6 +178,18 @@ def divides_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     return _variations(config, owns, {"tile_n": (40, 80), "threads": (80, 160, 320)})
 
 
+def stage_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
+    """Each pass's own params with the tiled rule's register stage (``stage_loads``: a thread
+    issues all of its global loads before its first shared-memory store), at 128 and 256
+    threads (fewer threads: more loads in flight per thread) and 64- and 128-position tiles.
+    The own params are added by :func:`build`."""
+    from psa_tvm.compiler.artifact import BuildRequest
+
+    owns = BuildRequest(config, "tiled", op=op).resolved_pass_params().values()
+    return _variations(config, owns, {"stage_loads": (True,), "tile_n": (64, 128),
+                                      "threads": (128, 256)})
+
+
 def wide_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     """The whole-heads grid for one family op (see :data:`WIDE_TILES`)."""
     from psa_tvm.compiler.rules.tiled import TiledParams
@@ -216,8 +228,9 @@ def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
                  else skew_candidate_params(config, op) if grid == "skew"
                  else gather_candidate_params(config, op) if grid == "gather"
                  else divides_candidate_params(config, op) if grid == "divides"
+                 else stage_candidate_params(config, op) if grid == "stage"
                  else follow_up_candidate_params(config, op))
-        if grid in ("wide", "follow-up", "skew", "gather", "divides"):  # the own, same sessions
+        if grid in ("wide", "follow-up", "skew", "gather", "divides", "stage"):  # the own too
             owns = BuildRequest(config, "tiled", op=op).resolved_pass_params().values()
             cands = [*cands, *(asdict(own) for own in dict.fromkeys(owns))]  # each pass's
         for params in cands:
@@ -252,12 +265,14 @@ EXTRA_SHAPES = ((128, 64, 80), (128, 16, 40), (512, 16, 40), (512, 8, 80))
 
 def params_key(params: dict) -> str:
     """``t<tile_n>/<threads>/r<row_threads>/p<pad_bytes>``, then ``/x`` (``slices_on_x``),
-    ``/k<slices_per_cta>``, ``/h`` (``heads_inner``) and ``/g<group_pad_bytes>`` where set."""
+    ``/k<slices_per_cta>``, ``/h`` (``heads_inner``), ``/g<group_pad_bytes>`` and ``/s``
+    (``stage_loads``) where set."""
     return (f"t{params['tile_n']}/{params['threads']}/r{params['row_threads']}/"
             f"p{params['pad_bytes']}" + ("/x" if params.get("slices_on_x") else "")
             + (f"/k{params['slices_per_cta']}" if params.get("slices_per_cta", 1) > 1 else "")
             + ("/h" if params.get("heads_inner") else "")
-            + (f"/g{params['group_pad_bytes']}" if params.get("group_pad_bytes") else ""))
+            + (f"/g{params['group_pad_bytes']}" if params.get("group_pad_bytes") else "")
+            + ("/s" if params.get("stage_loads") else ""))
 
 
 def _profile_rounds(calls: dict, iters: int, rounds: int) -> dict:
@@ -506,14 +521,15 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--ops", nargs="+", default=list(STREAM_OPS))
     b.add_argument("-j", "--jobs", type=int, default=1)
     b.add_argument("--grid", choices=["base", "cta", "wide", "follow-up", "skew", "gather",
-                                      "divides"],
+                                      "divides", "stage"],
                    default="base",
                    help="base: the 56-set grid; cta: the small grid of CTA_GRID; wide: whole "
                         "heads per CTA (WIDE_TILES); follow-up: FOLLOW_UP; skew: the own params "
                         "with whole positions per kd-side access and group_pad_bytes; gather: "
                         "the gather's own params with the merge forward's tiles and threads; "
-                        "divides: each pass's own params with 40/80-position tiles; the last "
-                        "five with each op's own params")
+                        "divides: each pass's own params with 40/80-position tiles; stage: each "
+                        "pass's own params with the register stage; the last six with each "
+                        "op's own params")
     t = sub.add_parser("time")
     t.add_argument("roots", nargs="+", help="artifact directories written by `build`")
     t.add_argument("--out", default="layout-tune")

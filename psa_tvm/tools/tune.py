@@ -117,6 +117,34 @@ def shifted_candidates(config: OpConfig) -> list:
     return found
 
 
+def stage_candidates(config: OpConfig) -> list:
+    """The register stage (``TiledParams.stage_loads``) on what ``config`` runs now: each
+    pass's tuned params (else the rule's default) without and with the stage, and with it at
+    half and twice the threads (fewer threads: more loads in flight per thread), where valid."""
+    from dataclasses import replace
+
+    from psa_tvm.compiler.rules import get_rule
+    from psa_tvm.runtime.tuned import tuned_entry
+
+    rule = get_rule("tiled")
+    owns = [rule.default_params(config)]
+    for pass_ in ("forward", "backward"):
+        entry = tuned_entry(DEFAULT_ARCH, pass_, config)
+        if entry is not None and entry["schedule"] == "tiled":
+            owns.append(rule.params_from_dict(entry["params"]))
+    found = []
+    for own in dict.fromkeys(owns):
+        for params in (own, *(replace(own, stage_loads=True, threads=t)
+                              for t in (own.threads, own.threads // 2, own.threads * 2))):
+            try:
+                rule.check_params(config, params)
+            except ValueError:
+                continue
+            if params not in found:
+                found.append(params)
+    return found
+
+
 def _tuned_tiled_params(config: OpConfig):
     """The tiled params of ``config``'s forward build in the shipped table (else the default):
     the plain kernels that shifted candidates carry along."""
@@ -143,6 +171,13 @@ def cmd_build(args: argparse.Namespace) -> int:
         build_artifacts(requests, args.output, args.arch, jobs=args.jobs, progress=True,
                         keep_going=True, native=False)
         print(f"built {len(requests)} shifted candidates into {args.output}")
+        return 0
+    if args.stage:
+        requests = [BuildRequest(config, "tiled", params, preferred=False)
+                    for config in configs for params in stage_candidates(config)]
+        build_artifacts(requests, args.output, args.arch, jobs=args.jobs, progress=True,
+                        keep_going=True, native=False)
+        print(f"built {len(requests)} register-stage candidates into {args.output}")
         return 0
     grid = dict(GRID)
     for item in args.grid or ():
@@ -414,6 +449,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--shifted", action="store_true",
                        help="candidates of the shifted N-side kernels' params (each the "
                             "configuration's tuned tiled build) instead of tiled params")
+    build.add_argument("--stage", action="store_true",
+                       help="candidates of the tiled rule's register stage (stage_loads) on "
+                            "each pass's tuned params instead of the grid")
     build.add_argument("-o", "--output", default=".tune")
     build.add_argument("-j", "--jobs", type=int, default=None)
     build.set_defaults(func=cmd_build)

@@ -63,6 +63,10 @@ PARAM_CASES = {
     "tiled_gpad_backward_v4": ("merge", GOLDEN_CONFIG, "backward", 4,
                                {"tile_n": 32, "threads": 32, "row_threads": 2,
                                 "group_pad_bytes": 16}),
+    # the forward's register stage: a thread's loads into a local block, then its tile stores
+    "tiled_qkv_k2_staged_forward_v4": ("qkv", OpConfig(8, 2, "float32"), "forward", 4,
+                                       {"tile_n": 32, "threads": 32, "row_threads": 2,
+                                        "slices_per_cta": 2, "stage_loads": True}),
 }
 
 
