@@ -24,6 +24,7 @@ tvm = pytest.importorskip("tvm")
 
 from psa_tvm.compiler.artifact import BuildRequest  # noqa: E402
 from psa_tvm.compiler.compute import stream_pass  # noqa: E402
+from psa_tvm.compiler.family_defaults import FAMILY_TILED  # noqa: E402
 from psa_tvm.compiler.rules import get_rule  # noqa: E402
 from psa_tvm.compiler.rules.base import params_as_dict  # noqa: E402
 from psa_tvm.compiler.rules.tiled import TiledParams  # noqa: E402
@@ -114,6 +115,10 @@ SETS = {
     "heads_whole8_staged": TiledParams(tile_n=32, threads=256, row_threads=4, slices_per_cta=8,
                                        stage_loads=True),
 }
+
+
+# every family op's own set (compiler/family_defaults.py), on every op it groups
+SETS.update({f"family_{op}": params for op, params in FAMILY_TILED.items()})
 
 
 def _fits(op_name: str, params: TiledParams, num_heads: int) -> bool:

@@ -50,17 +50,22 @@ from psa_tvm.layouts import stream_op
 #: every load of a thread issued before its first shared store; before, each waited for the
 #: previous one's data). qkv 0.92/0.94 -> 0.97/0.97 and attn 0.85/0.93 -> 0.93/1.00 (nh 6,
 #: 20x20/b32 and 40x40/b16, float16), qkv_grad_cudnn with 128 threads (four loads in flight
-#: per thread) 0.88/0.90 -> 0.92/0.95; nh 4 +0.00 to +0.07; bfloat16 alike. qkv_grad_flash's
-#: gather was not helped (-0.01 to -0.03): it keeps its set.
+#: per thread) 0.88/0.90 -> 0.92/0.95; nh 4 +0.00 to +0.07; bfloat16 alike. Then
+#: (layout_tune --grid stage-wide, the six nh 4 layout shapes, float16 and bfloat16): the
+#: gathers of qkv_grad_flash with the stage at 256 threads, 0.85 -> 0.90 at 256/16/20x20 and
+#: 0.87 -> 1.01 at 256/1/80x80 (grids of less than one wave), the others within 0.01; and of
+#: attn_flash with the stage and two threads per kd row, better in 5 of the 6 shapes by
+#: +0.02 to +0.05 (0.81 -> 0.86 at 256/16/20x20) and level in the sixth. At nh 6 both keep
+#: FAMILY_TILED_HEADS's sets.
 FAMILY_TILED: dict[str, TiledParams] = {
-    "qkv_grad_flash": TiledParams(tile_n=64, threads=128, row_threads=4, slices_per_cta=2,
-                                  heads_inner=True, group_pad_bytes=32),
+    "qkv_grad_flash": TiledParams(tile_n=64, threads=256, row_threads=4, slices_per_cta=2,
+                                  heads_inner=True, group_pad_bytes=32, stage_loads=True),
     "qkv": TiledParams(tile_n=64, threads=256, row_threads=2, slices_per_cta=2,
                        stage_loads=True),
     "attn": TiledParams(tile_n=64, threads=256, row_threads=2, slices_per_cta=2,
                         stage_loads=True),
-    "attn_flash": TiledParams(tile_n=64, threads=128, row_threads=1, slices_per_cta=2,
-                              heads_inner=True),
+    "attn_flash": TiledParams(tile_n=64, threads=128, row_threads=2, slices_per_cta=2,
+                              heads_inner=True, stage_loads=True),
     "qkv_grad_cudnn": TiledParams(tile_n=64, threads=128, row_threads=4, slices_per_cta=2,
                                   heads_inner=True, group_pad_bytes=32, stage_loads=True),
 }
@@ -84,10 +89,10 @@ FAMILY_TILED_PASS: dict[tuple[str, str], TiledParams] = {
 #: (op, num_heads) -> params, ahead of FAMILY_TILED where an op's best set differs by head
 #: count. qkv_grad_flash at nh 6: 256 threads instead of 128, 0.87/0.95 -> 0.90/0.97 (float16)
 #: and 0.87/0.92 -> 0.89/0.94 (bfloat16) at 384/32/20x20 and 384/16/40x40 (v14's skew sweep
-#: and v15's gather sweep agree); at nh 4 the 128-thread set stays ahead (+0.01 to +0.02).
+#: and v15's gather sweep agree); at nh 6 the staged sets of v16 did not beat it.
 #: attn_flash at nh 6 (v16, its gather): four threads per kd row, the skew and the register
 #: stage, 0.92/1.00 -> 0.94/1.03 (float16) and 0.92/1.01 -> 0.94/1.03 (bfloat16) at the same
-#: shapes; at nh 4 its own set stays level with every staged one. Its backward keeps
+#: shapes (nh 4 takes the op's staged set, FAMILY_TILED). Its backward keeps
 #: FAMILY_TILED_PASS's set.
 FAMILY_TILED_HEADS: dict[tuple[str, int], TiledParams] = {
     ("qkv_grad_flash", 6): TiledParams(tile_n=64, threads=256, row_threads=4, slices_per_cta=2,
