@@ -96,6 +96,31 @@ def test_the_stage_grid_stages_every_candidate_around_each_pass_s_own_params():
             assert layout_tune.params_key(params_as_dict(params)).endswith("/s")
 
 
+def test_the_staged_wide_and_dividing_grids_keep_the_stage_and_the_cta_grouping():
+    """``--grid stage-wide`` (32-128 tiles, 64-256 threads) and ``--grid stage-divides``
+    (40/80/200 tiles): every candidate staged, valid, grouped as the gather's own set."""
+    rule = get_rule("tiled")
+    for grid, tiles in ((layout_tune.stage_wide_candidate_params, {32, 64, 128}),
+                        (layout_tune.stage_divides_candidate_params, {40, 80, 200})):
+        for op in ("qkv", "qkv_grad_cudnn"):
+            own = BuildRequest(CONFIG, "tiled", op=op).resolved_pass_params()["forward"]
+            found = [TiledParams(**p) for p in grid(CONFIG, op)]
+            assert found and len(found) == len(set(found)) and own not in found
+            assert all(p.stage_loads for p in found) and {p.tile_n for p in found} <= tiles
+            assert {(p.slices_per_cta, p.heads_inner) for p in found} == {
+                (own.slices_per_cta, own.heads_inner)}
+            for params in found:
+                rule.check_params(CONFIG, params)
+
+
+def test_time_shapes_are_parsed_or_refused_with_the_expected_form():
+    assert layout_tune._parse_shapes("256,16,20;384,1,80") == ((256, 16, 20), (384, 1, 80))
+    assert layout_tune._parse_shapes(None) == (*layout_tune.SHAPES, *layout_tune.EXTRA_SHAPES)
+    for bad in ("256,16", "100,16,20", "256,x,20", "256,0,20"):
+        with pytest.raises(ValueError, match="--shapes: expected 'DIM,B,HW"):
+            layout_tune._parse_shapes(bad)
+
+
 def test_the_divides_grid_and_each_pass_s_own_params_in_the_same_session(tmp_path, monkeypatch):
     """``--grid divides``: 40/80-position tiles around each pass's own params; ``build`` adds
     every pass's own set (attn's scatter has one of its own) beside the candidates."""

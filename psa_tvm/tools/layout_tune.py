@@ -190,6 +190,36 @@ def stage_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
                                       "threads": (128, 256)})
 
 
+def stage_wide_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
+    """After ``--grid stage``: the staged gathers with 32-position tiles too (twice the CTAs:
+    a 20x20 batch-16 or 80x80 batch-1 grid fills less than one wave of the H200's SMs),
+    64-256 threads and 1, 2 or the own threads per kd row. The own params are added by
+    :func:`build`."""
+    from dataclasses import replace
+
+    from psa_tvm.compiler.artifact import BuildRequest
+
+    own = BuildRequest(config, "tiled", op=op).resolved_pass_params()["forward"]
+    return _variations(config, [replace(own, stage_loads=True)],
+                       {"tile_n": (32, 64, 128), "threads": (64, 128, 256),
+                        "row_threads": dict.fromkeys((1, 2, own.row_threads))})
+
+
+def stage_divides_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
+    """The staged gathers with tiles that divide every YOLO square's N (40, 80, 200: 400 =
+    5 x 80 = 2 x 200 positions at 20x20, where 64-position tiles leave a quarter-full last one)
+    at 64-320 threads, 2 or 4 threads per kd row. The own params are added by
+    :func:`build`."""
+    from dataclasses import replace
+
+    from psa_tvm.compiler.artifact import BuildRequest
+
+    own = BuildRequest(config, "tiled", op=op).resolved_pass_params()["forward"]
+    return _variations(config, [replace(own, stage_loads=True)],
+                       {"tile_n": (40, 80, 200), "threads": (64, 160, 320),
+                        "row_threads": (2, 4)})
+
+
 def wide_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     """The whole-heads grid for one family op (see :data:`WIDE_TILES`)."""
     from psa_tvm.compiler.rules.tiled import TiledParams
@@ -229,8 +259,10 @@ def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
                  else gather_candidate_params(config, op) if grid == "gather"
                  else divides_candidate_params(config, op) if grid == "divides"
                  else stage_candidate_params(config, op) if grid == "stage"
+                 else stage_wide_candidate_params(config, op) if grid == "stage-wide"
+                 else stage_divides_candidate_params(config, op) if grid == "stage-divides"
                  else follow_up_candidate_params(config, op))
-        if grid in ("wide", "follow-up", "skew", "gather", "divides", "stage"):  # the own too
+        if grid not in ("base", "cta"):  # each pass's own params too, timed in the same sessions
             owns = BuildRequest(config, "tiled", op=op).resolved_pass_params().values()
             cands = [*cands, *(asdict(own) for own in dict.fromkeys(owns))]  # each pass's
         for params in cands:
@@ -383,10 +415,12 @@ def time_pass(name: str, pass_: str, dim: int, batch: int, size: int, dtype_name
 
 def time_candidates(roots: list[Path], out: Path, iters: int, rounds: int, top: int,
                     budget_s: float, flush: bool = False,
-                    passes: tuple[str, ...] = ("forward", "backward")
+                    passes: tuple[str, ...] = ("forward", "backward"),
+                    shapes: tuple[tuple[int, int, int], ...] = (*SHAPES, *EXTRA_SHAPES)
                     ) -> tuple[list[dict], dict]:
-    """float16: every candidate at every shape; bfloat16: the ``top`` float16 winners per
-    (op, pass, num_heads) plus the default. ``flush``: L2 flushed before every run."""
+    """float16: every candidate at every shape (``(dim, batch, H=W)``); bfloat16: the ``top``
+    float16 winners per (op, pass, num_heads) plus the default. ``flush``: L2 flushed before
+    every run."""
     profiler = None
     if flush:
         from psa_tvm.tools.timing import GpuTimer, KernelProfiler
@@ -409,7 +443,7 @@ def time_candidates(roots: list[Path], out: Path, iters: int, rounds: int, top: 
     records: list[dict] = []
 
     def stage(dtype_name: str, pick) -> None:
-        for dim, batch, size in (*SHAPES, *EXTRA_SHAPES):
+        for dim, batch, size in shapes:
             nh = dim // 64
             for name, op in STREAM_OPS.items():
                 cands = builds.get((name, nh, dtype_name))
@@ -510,6 +544,20 @@ def table(records: list[dict], defaults: dict) -> str:
     return "\n".join(rows)
 
 
+def _parse_shapes(text: str | None) -> tuple[tuple[int, int, int], ...]:
+    """``--shapes``: ``"dim,B,HW;..."`` (H = W), or the default shapes."""
+    if not text:
+        return (*SHAPES, *EXTRA_SHAPES)
+    try:
+        shapes = tuple(tuple(int(x) for x in part.split(",")) for part in text.split(";"))
+    except ValueError:
+        shapes = ()
+    if not shapes or any(len(s) != 3 or min(s) < 1 or s[0] % 64 for s in shapes):
+        raise ValueError(f"--shapes: expected 'DIM,B,HW;...' with positive sizes and DIM a "
+                         f"multiple of 64 (num_heads = DIM/64), got {text!r}")
+    return shapes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m psa_tvm.tools.layout_tune",
                                      description=__doc__)
@@ -521,15 +569,17 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--ops", nargs="+", default=list(STREAM_OPS))
     b.add_argument("-j", "--jobs", type=int, default=1)
     b.add_argument("--grid", choices=["base", "cta", "wide", "follow-up", "skew", "gather",
-                                      "divides", "stage"],
+                                      "divides", "stage", "stage-wide", "stage-divides"],
                    default="base",
                    help="base: the 56-set grid; cta: the small grid of CTA_GRID; wide: whole "
                         "heads per CTA (WIDE_TILES); follow-up: FOLLOW_UP; skew: the own params "
                         "with whole positions per kd-side access and group_pad_bytes; gather: "
                         "the gather's own params with the merge forward's tiles and threads; "
                         "divides: each pass's own params with 40/80-position tiles; stage: each "
-                        "pass's own params with the register stage; the last six with each "
-                        "op's own params")
+                        "pass's own params with the register stage; stage-wide: the staged "
+                        "gather with 32-128 tiles, 64-256 threads, 1/2/own row threads; "
+                        "stage-divides: the staged gather with 40/80/200-position tiles; the "
+                        "last eight with each op's own params")
     t = sub.add_parser("time")
     t.add_argument("roots", nargs="+", help="artifact directories written by `build`")
     t.add_argument("--out", default="layout-tune")
@@ -539,6 +589,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--budget-s", type=float, default=120.0)
     t.add_argument("--passes", nargs="+", choices=["forward", "backward"],
                    default=["forward", "backward"], help="the passes to time")
+    t.add_argument("--shapes", default=None, metavar="DIM,B,HW;DIM,B,HW",
+                   help="the shapes to time (default: issue 10's four, then num_heads 2 and 8)")
     t.add_argument("--flush", action="store_true",
                    help="time each candidate after an L2 flush (KernelProfiler medians) "
                         "against a copy of the bytes read + written")
@@ -550,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     records, defaults = time_candidates([Path(r) for r in args.roots], out, args.iters,
                                         args.rounds, args.top, args.budget_s, args.flush,
-                                        tuple(args.passes))
+                                        tuple(args.passes), _parse_shapes(args.shapes))
     text = table(records, defaults)
     (out / "layout_tune.md").write_text(text + "\n")
     print(text)
