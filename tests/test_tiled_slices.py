@@ -114,14 +114,6 @@ SETS = {
                                      slices_on_x=True, stage_loads=True),
     "heads_whole8_staged": TiledParams(tile_n=32, threads=256, row_threads=4, slices_per_cta=8,
                                        stage_loads=True),
-    # the backward's row loads staged: a thread's vectors part of one tile row, and whole rows
-    "default_rows": replace(RULE.default_params(F16), stage_rows=True),
-    "heads2_r4_gpad32_rows": TiledParams(tile_n=64, threads=256, row_threads=4,
-                                         slices_per_cta=2, heads_inner=True,
-                                         group_pad_bytes=32, stage_rows=True),
-    "tile80_rows": TiledParams(tile_n=80, threads=160, row_threads=4, stage_rows=True),
-    "whole_rows_per_thread": TiledParams(tile_n=32, threads=32, row_threads=4,
-                                         slices_per_cta=2, stage_rows=True),
 }
 
 
@@ -255,22 +247,6 @@ def test_the_register_stage_issues_a_threads_loads_before_its_first_tile_store()
         assert fill.count("*(uint4*)(dq_ptr") == 4  # 64 positions x 2 heads x 32 / 8 / 128
         assert (last_load < first_store) == staged, staged
         assert min(loads) < first_store
-
-
-def test_staged_rows_that_would_not_be_dense_or_that_tvm_cannot_compact_are_refused():
-    """stage_rows: 40 positions are 5 vectors per row, 2 per thread at 160 threads; and the
-    merge's own backward, which TVM 0.27's buffer compaction fails on, is refused by name."""
-    from psa_tvm.compiler.compute import merge_backward
-
-    func = stream_pass(F16, STREAM_OPS["attn"], "backward", vec=8, name="f")
-    odd = TiledParams(tile_n=40, threads=160, row_threads=2, slices_per_cta=2, stage_rows=True)
-    with pytest.raises(ValueError, match="stage_rows: a thread's 2 vectors"):
-        RULE.apply(func, "backward", F16, odd, 8, 8)
-    RULE.apply(stream_pass(F16, STREAM_OPS["attn"], "forward", vec=8, name="f"), "forward",
-               F16, odd, 8, 8)  # the forward has no row loads to stage: any tile
-    rows = replace(RULE.default_params(F16), stage_rows=True)
-    with pytest.raises(ValueError, match=r"stage_rows: TVM 0\.27's buffer compaction fails"):
-        RULE.apply(merge_backward(F16, vec=8, name="m"), "backward", F16, rows, 8, 8)
 
 
 def test_group_pads_that_do_not_fit_are_refused():

@@ -220,19 +220,6 @@ def stage_divides_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
                         "row_threads": (2, 4)})
 
 
-def stage_scatter_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
-    """The scatter's (the ``backward`` pass, where an op has one) own params with its row loads
-    staged (``stage_rows``) at 64/128-position tiles and 128/256 threads. The own params are
-    added by :func:`build`."""
-    from psa_tvm.compiler.artifact import BuildRequest
-
-    own = BuildRequest(config, "tiled", op=op).resolved_pass_params().get("backward")
-    if own is None:
-        return iter(())
-    return _variations(config, [own], {"stage_rows": (True,), "tile_n": (64, 128),
-                                       "threads": (128, 256)})
-
-
 def wide_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     """The whole-heads grid for one family op (see :data:`WIDE_TILES`)."""
     from psa_tvm.compiler.rules.tiled import TiledParams
@@ -274,7 +261,6 @@ def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
                  else stage_candidate_params(config, op) if grid == "stage"
                  else stage_wide_candidate_params(config, op) if grid == "stage-wide"
                  else stage_divides_candidate_params(config, op) if grid == "stage-divides"
-                 else stage_scatter_candidate_params(config, op) if grid == "stage-scatter"
                  else follow_up_candidate_params(config, op))
         if grid not in ("base", "cta"):  # each pass's own params too, timed in the same sessions
             owns = BuildRequest(config, "tiled", op=op).resolved_pass_params().values()
@@ -311,15 +297,14 @@ EXTRA_SHAPES = ((128, 64, 80), (128, 16, 40), (512, 16, 40), (512, 8, 80))
 
 def params_key(params: dict) -> str:
     """``t<tile_n>/<threads>/r<row_threads>/p<pad_bytes>``, then ``/x`` (``slices_on_x``),
-    ``/k<slices_per_cta>``, ``/h`` (``heads_inner``), ``/g<group_pad_bytes>``, ``/s``
-    (``stage_loads``) and ``/sr`` (``stage_rows``) where set."""
+    ``/k<slices_per_cta>``, ``/h`` (``heads_inner``), ``/g<group_pad_bytes>`` and ``/s``
+    (``stage_loads``) where set."""
     return (f"t{params['tile_n']}/{params['threads']}/r{params['row_threads']}/"
             f"p{params['pad_bytes']}" + ("/x" if params.get("slices_on_x") else "")
             + (f"/k{params['slices_per_cta']}" if params.get("slices_per_cta", 1) > 1 else "")
             + ("/h" if params.get("heads_inner") else "")
             + (f"/g{params['group_pad_bytes']}" if params.get("group_pad_bytes") else "")
-            + ("/s" if params.get("stage_loads") else "")
-            + ("/sr" if params.get("stage_rows") else ""))
+            + ("/s" if params.get("stage_loads") else ""))
 
 
 def _profile_rounds(calls: dict, iters: int, rounds: int) -> dict:
@@ -584,8 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--ops", nargs="+", default=list(STREAM_OPS))
     b.add_argument("-j", "--jobs", type=int, default=1)
     b.add_argument("--grid", choices=["base", "cta", "wide", "follow-up", "skew", "gather",
-                                      "divides", "stage", "stage-wide", "stage-divides",
-                                      "stage-scatter"],
+                                      "divides", "stage", "stage-wide", "stage-divides"],
                    default="base",
                    help="base: the 56-set grid; cta: the small grid of CTA_GRID; wide: whole "
                         "heads per CTA (WIDE_TILES); follow-up: FOLLOW_UP; skew: the own params "
@@ -594,9 +578,8 @@ def main(argv: list[str] | None = None) -> int:
                         "divides: each pass's own params with 40/80-position tiles; stage: each "
                         "pass's own params with the register stage; stage-wide: the staged "
                         "gather with 32-128 tiles, 64-256 threads, 1/2/own row threads; "
-                        "stage-divides: the staged gather with 40/80/200-position tiles; "
-                        "stage-scatter: the scatter's own params with stage_rows; the last "
-                        "nine with each op's own params")
+                        "stage-divides: the staged gather with 40/80/200-position tiles; the "
+                        "last eight with each op's own params")
     t = sub.add_parser("time")
     t.add_argument("roots", nargs="+", help="artifact directories written by `build`")
     t.add_argument("--out", default="layout-tune")

@@ -96,15 +96,9 @@ class TiledParams:
     warp has one 16-byte load per thread in flight; with it, all of its
     ``tile_n*kd*slices/(threads*vec_kd)``. A thread then takes adjacent positions and kd
     vectors (its register block must be dense), which also pairs its 16-bit tile stores.
-    The backward has :attr:`stage_rows`. Left out of the stored params when ``False``."""
-    stage_rows: bool = field(default=False, metadata={"omit_default": True})
-    """The backward (the scatter) stages each thread's row loads (the N side, one 16-byte
-    vector per step) in registers, all issued before its first shared store, for the reason
-    :attr:`stage_loads` gives. A thread takes adjacent vectors of one tile row (or whole rows).
-    Built for the layout family's scatters; the merge's own backward (``d_lo``/``d_hi``
-    indexed ``b*nh + h``) trips TVM 0.27's buffer compaction with it (an int32 overflow) and
-    is refused with a ``ValueError``, as is a thread count that would give a thread part of
-    two rows. Left out of the stored params when ``False``."""
+    The backward is unchanged: staging its row loads the same way trips TVM 0.27's buffer
+    compaction (an int32 overflow) for the merge. Left out of the stored params when
+    ``False``."""
 
 
 def _pow2_floor(x: int) -> int:
@@ -270,13 +264,10 @@ class Tiled(ScheduleRule):
         # The n-contiguous side: whole tile rows, one vector per thread per step.
         *ax_rows, ax_n = sch.get_loops(staged)[2:]  # under (slices, n_tile): [slices,] d, n
         n_vectors, n_vec = sch.split(ax_n, [None, vec])
-        if pass_ == "backward" and params.stage_rows:
-            self._stage_row_loads(sch, staged, ax_rows, n_vectors, n_vec, vec, params)
-        else:
-            steps, thread = sch.split(sch.fuse(*ax_rows, n_vectors), [None, params.threads])
-            sch.bind(thread, "threadIdx.x")
-            sch.vectorize(n_vec)
-            sch.unroll(steps)
+        steps, thread = sch.split(sch.fuse(*ax_rows, n_vectors), [None, params.threads])
+        sch.bind(thread, "threadIdx.x")
+        sch.vectorize(n_vec)
+        sch.unroll(steps)
 
         # The tile row axis d of the staged buffer (b, h, s, d, n); grouped, d = (group, row in
         # group) and the group stride is skewed by group_pad_bytes as well.
@@ -297,42 +288,4 @@ class Tiled(ScheduleRule):
                     aligned_block, 0, axis=axis, factor=_BANK_ROW_BYTES // config.itemsize,
                     offset=params.pad_bytes // config.itemsize,
                 )
-        try:
-            return finish(sch, name)
-        except ValueError as err:
-            if pass_ == "backward" and params.stage_rows:  # see TiledParams.stage_rows
-                raise ValueError(f"stage_rows: TVM 0.27's buffer compaction fails on {name} "
-                                 f"(vec={vec}): build this backward without it") from err
-            raise
-
-    @staticmethod
-    def _stage_row_loads(sch, staged, ax_rows: list, n_vectors, n_vec, vec: int,
-                         params: TiledParams) -> None:
-        """The backward's row loads through registers (:attr:`TiledParams.stage_rows`): a
-        thread's vectors adjacent along one tile row (or whole rows of them), split without a
-        fused index so that the region of its registers is affine and dense; all loaded, then
-        stored into the tile."""
-        per_row = params.tile_n // vec
-        rows = sch.fuse(*ax_rows)
-        steps = per_row * int(sch.get(rows).extent) // params.threads
-        if per_row % steps == 0:
-            n_thread, n_step = sch.split(n_vectors, [None, steps])
-            thread, inner = sch.fuse(rows, n_thread), [n_step]
-        elif steps % per_row == 0:
-            thread, row_step = sch.split(rows, [params.threads, None])
-            inner = [row_step, n_vectors]
-        else:
-            raise ValueError(f"stage_rows: a thread's {steps} vectors of the N side are neither "
-                             f"part of one tile row ({per_row} vectors) nor whole rows; change "
-                             f"threads={params.threads}")
-        sch.bind(thread, "threadIdx.x")
-        sch.vectorize(n_vec)
-        registers = sch.cache_read(staged, 0, "local")
-        sch.compute_at(registers, thread)
-        for loop in inner:
-            sch.unroll(loop)
-        *outer, last = sch.get_loops(registers)[3:]
-        *outer_last, last = sch.split(last, [None, vec])  # one access per vector
-        sch.vectorize(last)
-        for loop in [*outer, *outer_last]:
-            sch.unroll(loop)
+        return finish(sch, name)
