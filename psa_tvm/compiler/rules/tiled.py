@@ -96,9 +96,9 @@ class TiledParams:
     warp has one 16-byte load per thread in flight; with it, all of its
     ``tile_n*kd*slices/(threads*vec_kd)``. A thread then takes adjacent positions and kd
     vectors (its register block must be dense), which also pairs its 16-bit tile stores.
-    The backward is unchanged: staging its row loads the same way trips TVM 0.27's buffer
-    compaction (an int32 overflow) for the merge. Left out of the stored params when
-    ``False``."""
+    The backward is unchanged: its row loads staged the same way were level or slower for
+    every layout-family scatter (docs/perf.md v16) and trip TVM 0.27's buffer compaction (an
+    int32 overflow) for the merge's. Left out of the stored params when ``False``."""
 
 
 def _pow2_floor(x: int) -> int:
