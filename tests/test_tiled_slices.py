@@ -24,7 +24,6 @@ tvm = pytest.importorskip("tvm")
 
 from psa_tvm.compiler.artifact import BuildRequest  # noqa: E402
 from psa_tvm.compiler.compute import stream_pass  # noqa: E402
-from psa_tvm.compiler.family_defaults import FAMILY_TILED  # noqa: E402
 from psa_tvm.compiler.rules import get_rule  # noqa: E402
 from psa_tvm.compiler.rules.base import params_as_dict  # noqa: E402
 from psa_tvm.compiler.rules.tiled import TiledParams  # noqa: E402
@@ -115,10 +114,6 @@ SETS = {
     "heads_whole8_staged": TiledParams(tile_n=32, threads=256, row_threads=4, slices_per_cta=8,
                                        stage_loads=True),
 }
-
-
-# every family op's own set (compiler/family_defaults.py), on every op it groups
-SETS.update({f"family_{op}": params for op, params in FAMILY_TILED.items()})
 
 
 def _fits(op_name: str, params: TiledParams, num_heads: int) -> bool:
@@ -437,9 +432,9 @@ def test_the_tuning_table_compares_with_what_an_untuned_build_uses(tmp_path, mon
     assert set(defaults) == {tag, f"{tag}/qkv_grad_flash", f"{tag}/attn", f"{tag}/attn/backward"}
     own = BuildRequest(OpConfig(32, 4, "float16"), "tiled", op="qkv_grad_flash").resolved_params()
     assert layout_tune.default_key(defaults, "qkv_grad_flash", 4, "bfloat16") \
-        == layout_tune.params_key(params_as_dict(own)) == "t64/128/r4/p16/k2/h/g32"
-    assert layout_tune.default_key(defaults, "attn", 4, "float16") == "t64/256/r2/p16/k2"
+        == layout_tune.params_key(params_as_dict(own)) == "t64/256/r4/p16/k2/h/g32/s"
+    assert layout_tune.default_key(defaults, "attn", 4, "float16") == "t64/256/r2/p16/k2/s"
     assert layout_tune.default_key(defaults, "attn", 4, "float16", "forward") \
-        == "t64/256/r2/p16/k2"
+        == "t64/256/r2/p16/k2/s"
     assert layout_tune.default_key(defaults, "attn", 4, "float16", "backward") \
         == "t64/256/r4/p16/k2/g32"

@@ -195,14 +195,9 @@ def stage_wide_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     a 20x20 batch-16 or 80x80 batch-1 grid fills less than one wave of the H200's SMs),
     64-256 threads and 1, 2 or the own threads per kd row. The own params are added by
     :func:`build`."""
-    from dataclasses import replace
-
-    from psa_tvm.compiler.artifact import BuildRequest
-
-    own = BuildRequest(config, "tiled", op=op).resolved_pass_params()["forward"]
-    return _variations(config, [replace(own, stage_loads=True)],
-                       {"tile_n": (32, 64, 128), "threads": (64, 128, 256),
-                        "row_threads": dict.fromkeys((1, 2, own.row_threads))})
+    return _staged_gather(config, op, lambda own: {
+        "tile_n": (32, 64, 128), "threads": (64, 128, 256),
+        "row_threads": tuple(dict.fromkeys((1, 2, own.row_threads)))})
 
 
 def stage_divides_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
@@ -210,14 +205,18 @@ def stage_divides_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     5 x 80 = 2 x 200 positions at 20x20, where 64-position tiles leave a quarter-full last one)
     at 64-320 threads, 2 or 4 threads per kd row. The own params are added by
     :func:`build`."""
+    return _staged_gather(config, op, lambda own: {
+        "tile_n": (40, 80, 200), "threads": (64, 160, 320), "row_threads": (2, 4)})
+
+
+def _staged_gather(config: OpConfig, op: str, axes_of) -> Iterator[dict]:
+    """The gather's own params with the register stage, varied over ``axes_of(own)``."""
     from dataclasses import replace
 
     from psa_tvm.compiler.artifact import BuildRequest
 
     own = BuildRequest(config, "tiled", op=op).resolved_pass_params()["forward"]
-    return _variations(config, [replace(own, stage_loads=True)],
-                       {"tile_n": (40, 80, 200), "threads": (64, 160, 320),
-                        "row_threads": (2, 4)})
+    return _variations(config, [replace(own, stage_loads=True)], axes_of(own))
 
 
 def wide_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:

@@ -258,7 +258,7 @@ class Tiled(ScheduleRule):
         if registers is not None:  # the thread's loads first, then its stores into the tile
             sch.reorder(kd_thread, n_outer, d_outer)
             sch.reverse_compute_at(registers, kd_thread)
-            for loop in sch.get_loops(registers)[3:]:
+            for loop in sch.get_loops(registers)[3:]:  # under (slices, n_tile, thread)
                 sch.unroll(loop)
 
         # The n-contiguous side: whole tile rows, one vector per thread per step.
