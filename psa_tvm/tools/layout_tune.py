@@ -238,8 +238,25 @@ def wide_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
     return _checked(config, sets)
 
 
+#: ``build --grid`` name -> its candidates for (config, op), as dicts of TiledParams fields.
+GRIDS = {
+    "base": lambda config, op: candidate_params(config),
+    "cta": cta_candidate_params,
+    "wide": wide_candidate_params,
+    "follow-up": follow_up_candidate_params,
+    "skew": skew_candidate_params,
+    "gather": gather_candidate_params,
+    "divides": divides_candidate_params,
+    "stage": stage_candidate_params,
+    "stage-wide": stage_wide_candidate_params,
+    "stage-divides": stage_divides_candidate_params,
+}
+
+
 def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
           jobs: int, grid: str = "base") -> None:
+    if grid not in GRIDS:
+        raise ValueError(f"grid: expected one of {list(GRIDS)}, got {grid!r}")
     from psa_tvm.compiler import artifact
     from psa_tvm.compiler.artifact import BuildRequest, build_artifacts
     from psa_tvm.compiler.rules.tiled import TiledParams
@@ -251,16 +268,7 @@ def build(out: Path, num_heads: list[int], dtypes: list[str], ops: list[str],
     requests = []
     for nh, dtype, op in itertools.product(num_heads, dtypes, ops):
         config = OpConfig(KEY_DIM, nh, dtype)
-        cands = (candidate_params(config) if grid == "base"
-                 else cta_candidate_params(config, op) if grid == "cta"
-                 else wide_candidate_params(config, op) if grid == "wide"
-                 else skew_candidate_params(config, op) if grid == "skew"
-                 else gather_candidate_params(config, op) if grid == "gather"
-                 else divides_candidate_params(config, op) if grid == "divides"
-                 else stage_candidate_params(config, op) if grid == "stage"
-                 else stage_wide_candidate_params(config, op) if grid == "stage-wide"
-                 else stage_divides_candidate_params(config, op) if grid == "stage-divides"
-                 else follow_up_candidate_params(config, op))
+        cands = GRIDS[grid](config, op)
         if grid not in ("base", "cta"):  # each pass's own params too, timed in the same sessions
             owns = BuildRequest(config, "tiled", op=op).resolved_pass_params().values()
             cands = [*cands, *(asdict(own) for own in dict.fromkeys(owns))]  # each pass's
@@ -545,16 +553,11 @@ def table(records: list[dict], defaults: dict) -> str:
 
 def _parse_shapes(text: str | None) -> tuple[tuple[int, int, int], ...]:
     """``--shapes``: ``"dim,B,HW;..."`` (H = W), or the default shapes."""
-    if not text:
-        return (*SHAPES, *EXTRA_SHAPES)
-    try:
-        shapes = tuple(tuple(int(x) for x in part.split(",")) for part in text.split(";"))
-    except ValueError:
-        shapes = ()
-    if not shapes or any(len(s) != 3 or min(s) < 1 or s[0] % 64 for s in shapes):
-        raise ValueError(f"--shapes: expected 'DIM,B,HW;...' with positive sizes and DIM a "
-                         f"multiple of 64 (num_heads = DIM/64), got {text!r}")
-    return shapes
+    from psa_tvm.tools.tune import parse_shapes
+
+    return parse_shapes(text, (*SHAPES, *EXTRA_SHAPES),
+                        "'DIM,B,HW;...' with positive sizes and DIM a multiple of 64 "
+                        "(num_heads = DIM/64)", valid=lambda shape: shape[0] % 64 == 0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -567,8 +570,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--dtypes", nargs="+", default=["float16"])
     b.add_argument("--ops", nargs="+", default=list(STREAM_OPS))
     b.add_argument("-j", "--jobs", type=int, default=1)
-    b.add_argument("--grid", choices=["base", "cta", "wide", "follow-up", "skew", "gather",
-                                      "divides", "stage", "stage-wide", "stage-divides"],
+    b.add_argument("--grid", choices=list(GRIDS),
                    default="base",
                    help="base: the 56-set grid; cta: the small grid of CTA_GRID; wide: whole "
                         "heads per CTA (WIDE_TILES); follow-up: FOLLOW_UP; skew: the own params "

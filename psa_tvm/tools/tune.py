@@ -60,16 +60,9 @@ def candidates(config: OpConfig, grid: dict[str, tuple] | None = None) -> list:
     shipped table holds now (so a re-tune on new shapes can keep it)."""
     grid = GRID if grid is None else grid
     from psa_tvm.compiler.rules import get_rule
-    from psa_tvm.runtime.tuned import tuned_entry
 
     rule = get_rule("tiled")
-    found = [rule.default_params(config)]
-    for pass_ in ("forward", "backward"):
-        entry = tuned_entry(DEFAULT_ARCH, pass_, config)
-        if entry is not None and entry["schedule"] == "tiled":
-            params = rule.params_from_dict(entry["params"])
-            if params not in found:
-                found.append(params)
+    found = _running_params(config)
     for values in itertools.product(*grid.values()):
         params = rule.Params(**dict(zip(grid, values, strict=True)))
         smem = config.key_dim * (params.tile_n * config.itemsize + params.pad_bytes) \
@@ -117,6 +110,23 @@ def shifted_candidates(config: OpConfig) -> list:
     return found
 
 
+def _running_params(config: OpConfig) -> list:
+    """What ``config``'s tiled builds run now: the rule's default, then each pass's set in the
+    shipped table where it differs (no duplicates)."""
+    from psa_tvm.compiler.rules import get_rule
+    from psa_tvm.runtime.tuned import tuned_entry
+
+    rule = get_rule("tiled")
+    found = [rule.default_params(config)]
+    for pass_ in ("forward", "backward"):
+        entry = tuned_entry(DEFAULT_ARCH, pass_, config)
+        if entry is not None and entry["schedule"] == "tiled":
+            params = rule.params_from_dict(entry["params"])
+            if params not in found:
+                found.append(params)
+    return found
+
+
 def stage_candidates(config: OpConfig) -> list:
     """The register stage (``TiledParams.stage_loads``) on what ``config`` runs now: each
     pass's tuned params (else the rule's default) without and with the stage, and with it at
@@ -124,16 +134,10 @@ def stage_candidates(config: OpConfig) -> list:
     from dataclasses import replace
 
     from psa_tvm.compiler.rules import get_rule
-    from psa_tvm.runtime.tuned import tuned_entry
 
     rule = get_rule("tiled")
-    owns = [rule.default_params(config)]
-    for pass_ in ("forward", "backward"):
-        entry = tuned_entry(DEFAULT_ARCH, pass_, config)
-        if entry is not None and entry["schedule"] == "tiled":
-            owns.append(rule.params_from_dict(entry["params"]))
     found = []
-    for own in dict.fromkeys(owns):
+    for own in _running_params(config):
         for params in (own, *(replace(own, stage_loads=True, threads=t)
                               for t in (own.threads, own.threads // 2, own.threads * 2))):
             try:
@@ -226,14 +230,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _parse_shapes(text: str | None, default=TUNE_SHAPES) -> tuple[tuple[int, int, int], ...]:
+    return parse_shapes(text, default, "'B,H,W;B,H,W' with positive sizes")
+
+
+def parse_shapes(text: str | None, default: tuple, expected: str,
+                 valid=lambda shape: True) -> tuple[tuple[int, int, int], ...]:
+    """A ``--shapes`` option: ``"a,b,c;a,b,c"`` of positive ints that pass ``valid``, or
+    ``default`` when empty; anything else raises a ValueError naming the option and the
+    ``expected`` form."""
     if not text:
         return default
     try:
         shapes = tuple(tuple(int(x) for x in part.split(",")) for part in text.split(";"))
     except ValueError:
         shapes = ()
-    if not shapes or any(len(s) != 3 or min(s) < 1 for s in shapes):
-        raise ValueError(f"--shapes: expected 'B,H,W;B,H,W' with positive sizes, got {text!r}")
+    if not shapes or any(len(s) != 3 or min(s) < 1 or not valid(s) for s in shapes):
+        raise ValueError(f"--shapes: expected {expected}, got {text!r}")
     return shapes
 
 
