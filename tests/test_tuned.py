@@ -154,3 +154,27 @@ def test_stage_candidates_are_what_runs_now_without_and_with_the_register_stage(
     for params in found:
         rule.check_params(config, params)
     assert {p.threads for p in found if p.stage_loads} >= {64, 128, 256}
+
+
+def test_tune_grid_takes_any_tiled_param_and_flags_as_bools():
+    """``psa-tvm tune build --grid``: a tiled param outside the default grid (here the register
+    stage) joins it, a flag's 0/1 become bools (so stored params and digests match the ones a
+    ``TiledParams(stage_loads=True)`` has), and every candidate of such a grid is valid."""
+    from psa_tvm.tools.tune import GRID, candidates, parse_grid
+
+    grid = parse_grid(["tile_n=128,256", "threads=128,256", "group_pad_bytes=0,32",
+                       "stage_loads=1"])
+    assert grid["stage_loads"] == (True,) and grid["tile_n"] == (128, 256)
+    assert grid["row_threads"] == GRID["row_threads"]
+    config = OpConfig(32, 4, "float16")
+    rule = get_rule("tiled")
+    found = candidates(config, grid)
+    staged = [p for p in found if p.stage_loads]
+    assert staged and all(p.stage_loads is True for p in staged)
+    assert params_as_dict(staged[0])["stage_loads"] is True
+    for params in found:
+        rule.check_params(config, params)
+    for bad, needle in ((["bogus=1"], "expected one of"), (["stage_loads=2"], "0 or 1"),
+                        (["tile_n=64,x"], "comma-separated ints")):
+        with pytest.raises(ValueError, match=needle):
+            parse_grid(bad)

@@ -76,6 +76,32 @@ def candidates(config: OpConfig, grid: dict[str, tuple] | None = None) -> list:
     return found
 
 
+def parse_grid(items: list[str] | None) -> dict[str, tuple]:
+    """:data:`GRID` with ``--grid NAME=V1,V2`` overrides: any field of the tiled params, ints
+    (a flag such as ``stage_loads`` takes 0/1). Unknown names and values raise a ValueError."""
+    from dataclasses import fields
+
+    from psa_tvm.compiler.rules.tiled import TiledParams
+
+    defaults = {f.name: f.default for f in fields(TiledParams)}
+    grid = dict(GRID)
+    for item in items or ():
+        key, _, values = item.partition("=")
+        if key not in defaults:
+            raise ValueError(f"--grid: expected one of {sorted(defaults)}, got {key!r}")
+        try:
+            parsed = tuple(int(v) for v in values.split(","))
+        except ValueError:
+            raise ValueError(f"--grid: {key} expects comma-separated ints, got {values!r}") \
+                from None
+        if isinstance(defaults[key], bool):
+            if set(parsed) - {0, 1}:
+                raise ValueError(f"--grid: {key} is a flag, expected 0 or 1, got {values!r}")
+            parsed = tuple(bool(v) for v in parsed)
+        grid[key] = parsed
+    return grid
+
+
 def shifted_candidates(config: OpConfig) -> list:
     """``ShiftedParams`` candidates for ``config``: every valid forward set of
     :data:`SHIFTED_GRID`, each paired with a valid backward set (cycling the shorter list), the
@@ -183,12 +209,7 @@ def cmd_build(args: argparse.Namespace) -> int:
                         keep_going=True, native=False)
         print(f"built {len(requests)} register-stage candidates into {args.output}")
         return 0
-    grid = dict(GRID)
-    for item in args.grid or ():
-        key, _, values = item.partition("=")
-        if key not in GRID:
-            raise ValueError(f"--grid: expected one of {sorted(GRID)}, got {key!r}")
-        grid[key] = tuple(int(v) for v in values.split(","))
+    grid = parse_grid(args.grid)
     requests = [BuildRequest(config, "tiled", params, preferred=False)
                 for config in configs for params in candidates(config, grid)]
     # Candidates run through the RuntimeOp, one build at a time: no native library needed.
@@ -201,7 +222,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from psa_tvm.tools.timing import GpuTimer
+    from psa_tvm.tools.timing import GpuTimer, KernelProfiler
 
     root = Path(args.artifacts)
     manifest = Manifest.load(root)
@@ -211,18 +232,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         for line in results_path.read_text().splitlines():
             r = json.loads(line)
             done.add((r["source"], r["pass"], tuple(r["shape"])))
-    timer = GpuTimer(reps=args.reps)
+    # The profiler's kernel times (CUPTI) leave out the host time that events after a flush
+    # still see at small shapes; its runs are slower to take, so fewer by default.
+    timer = (KernelProfiler(GpuTimer(reps=5), reps=args.reps) if args.profiler
+             else GpuTimer(reps=args.reps))
     builds = [b for b in manifest.builds if b.schedule == "tiled" and b.op == "merge"
               and (not args.configs or b.config.tag in args.configs)]
     # Shifted candidates (`build --shifted`) are timed where they run.
     shapes = _parse_shapes(args.shapes, SHIFTED_TUNE_SHAPES if args.shifted else TUNE_SHAPES)
-    jobs = [(b, p, s) for b in builds for p in ("forward", "backward") for s in shapes
+    jobs = [(b, p, s) for b in builds for p in args.passes for s in shapes
             if (str(b.source.relative_to(root)), p, s) not in done]
     copy_us: dict[tuple, float] = {}
     with results_path.open("a") as sink:
         for build, pass_, shape in tqdm(jobs, desc="psa-tvm tune", unit="run"):
             record = time_candidate(timer, build, pass_, shape, copy_us)
             record["source"] = str(build.source.relative_to(root))
+            record["timer"] = "profiler" if args.profiler else "events"
             sink.write(json.dumps(record) + "\n")
             sink.flush()
     print(f"timed {len(jobs)} runs ({len(done)} already done) into {results_path}")
@@ -457,7 +482,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--configs", nargs="+", default=None, metavar="TAG",
                        help="only these configurations of the preset, e.g. kd32_nh4_float16")
     build.add_argument("--grid", nargs="+", metavar="NAME=V1,V2",
-                       help=f"override grid axes (default {GRID})")
+                       help=f"override grid axes (default {GRID}), or add any tiled param "
+                            "(flags 0/1, e.g. stage_loads=1)")
     build.add_argument("--shifted", action="store_true",
                        help="candidates of the shifted N-side kernels' params (each the "
                             "configuration's tuned tiled build) instead of tiled params")
@@ -478,6 +504,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--shifted", action="store_true",
                      help=f"time on the shifted kernels' shapes {SHIFTED_TUNE_SHAPES} "
                           "(a directory of `build --shifted`)")
+    run.add_argument("--passes", nargs="+", choices=("forward", "backward"),
+                     default=["forward", "backward"])
+    run.add_argument("--profiler", action="store_true",
+                     help="profiler kernel times (CUPTI) instead of events, L2 flushed either way")
     run.set_defaults(func=cmd_run)
     select = sub.add_parser("select", help="write a tuned table from the timings")
     select.add_argument("--artifacts", default=".tune")
