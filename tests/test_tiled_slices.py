@@ -34,6 +34,17 @@ from tests.test_attention import A_DTYPES, _torch_reference  # noqa: E402
 RULE = get_rule("tiled")
 
 
+class _SerialThreadsTiled(type(RULE)):
+    """The rule as the emulation needs it: ``stage_coalesced``'s copy and loads in thread loops
+    of their own (run one after the other here), each thread its own slice of the register
+    buffer; on the GPU the loops are unified and the buffer is the thread's registers."""
+
+    unify_threads = False
+
+
+EMULATED = _SerialThreadsTiled()
+
+
 def _serial_threads(script: str) -> str:
     """``T.thread_binding(EXTENT, thread="...")`` -> ``T.serial(EXTENT)``; shared -> global."""
     out, marker = [], "T.thread_binding("
@@ -63,8 +74,8 @@ def run_scheduled(op_name: str, pass_: str, config: OpConfig, params: TiledParam
     op = STREAM_OPS[op_name]
     n, kd, nh = height * width, config.key_dim, config.num_heads
     func = stream_pass(config, op, pass_, vec=vec, name="f")
-    kernel = emulate(RULE.apply(func, pass_, config, params, vec, RULE.vector_width(config,
-                                                                                     params)))
+    kernel = emulate(EMULATED.apply(func, pass_, config, params, vec,
+                                    RULE.vector_width(config, params)))
     shapes = op.kernel_shapes(pass_, batch, n, nh, kd)
     names = op.tensor_names(pass_)
     dtype = A_DTYPES[config.dtype]
@@ -113,6 +124,21 @@ SETS = {
                                      slices_on_x=True, stage_loads=True),
     "heads_whole8_staged": TiledParams(tile_n=32, threads=256, row_threads=4, slices_per_cta=8,
                                        stage_loads=True),
+    # the stage in the unstaged load order (several positions and kd vectors per thread, a
+    # partial last tile, slices and heads)
+    "tile128_r2_coalesced": TiledParams(tile_n=128, threads=128, row_threads=2, stage_loads=True,
+                                        stage_coalesced=True),
+    "tile80_coalesced": TiledParams(tile_n=80, threads=160, row_threads=4, stage_loads=True,
+                                    stage_coalesced=True),
+    "heads2_r4_gpad32_coalesced": TiledParams(tile_n=64, threads=128, row_threads=4,
+                                              slices_per_cta=2, heads_inner=True,
+                                              group_pad_bytes=32, stage_loads=True,
+                                              stage_coalesced=True),
+    # the merge's v17 forward shape, and a shorter tile for the narrower (scalar) kernels
+    "tile256_coalesced_narrow": TiledParams(tile_n=256, threads=256, row_threads=4,
+                                            group_pad_bytes=32, stage_loads=True,
+                                            stage_coalesced=True, narrow_tile_n=64,
+                                            narrow_threads=128),
 }
 
 
@@ -242,6 +268,57 @@ def test_the_register_stage_issues_a_threads_loads_before_its_first_tile_store()
         assert fill.count("*(uint4*)(dq_ptr") == 4  # 64 positions x 2 heads x 32 / 8 / 128
         assert (last_load < first_store) == staged, staged
         assert min(loads) < first_store
+
+
+def test_the_coalesced_stage_loads_consecutive_positions_per_warp_instruction():
+    """``stage_coalesced``: still every load of a thread before its first tile store, but a
+    warp's load instruction reads consecutive positions (thread t: position t / row_threads)
+    where the adjacent order gives thread t positions 4 apart (t / row_threads * 4)."""
+    from psa_tvm.compiler.compute import merge_forward
+    from psa_tvm.compiler.lower import lower_cuda
+
+    config = OpConfig(32, 4, "float16")
+    func = merge_forward(config, vec=8, name="k")
+    staged = TiledParams(tile_n=256, threads=256, row_threads=4, stage_loads=True)
+    fills = {}
+    for coalesced in (False, True):
+        params = replace(staged, stage_coalesced=coalesced)
+        source = lower_cuda({"k": RULE.apply(func, "forward", config, params, 8, 8)}).source
+        body = source.index("\n", source.index("__shared__"))
+        fill = source[body:source.index("__syncthreads()")]
+        assert fill.rindex("*(uint4*)(lo_ptr") < fill.index("out_shared_ptr[")
+        assert fill.count("*(uint4*)(lo_ptr") == 4  # 256 positions x 32 / 8 / 256 threads
+        fills[coalesced] = fill
+    # kd = 32 halves a position: thread t's first vector at t*8 (consecutive) or (t>>2)*128
+    assert "((int)threadIdx.x) * 8)" in fills[True]
+    assert "(((int)threadIdx.x) >> 2) * 128)" in fills[False]
+    with pytest.raises(ValueError, match="needs stage_loads"):
+        RULE.check_params(config, TiledParams(stage_coalesced=True))
+
+
+def test_narrower_kernels_take_the_narrow_tile_and_threads():
+    """``narrow_tile_n``/``narrow_threads``: the kernels whose N side is narrower than
+    ``vec_bytes`` run their own tile and CTA size, the full-width ones the main params; a
+    narrow set that does not fit is refused by name before anything is scheduled."""
+    from psa_tvm.compiler.compute import merge_forward
+    from psa_tvm.compiler.lower import lower_cuda
+
+    config = OpConfig(32, 4, "float16")
+    params = TiledParams(tile_n=256, threads=256, row_threads=4, stage_loads=True,
+                         narrow_tile_n=128, narrow_threads=128)
+    assert params.for_variant(2, 8) is params
+    assert params.for_variant(2, 4) == TiledParams(tile_n=128, threads=128, row_threads=4,
+                                                   stage_loads=True)
+    assert TiledParams().for_variant(2, 1) == TiledParams()
+    for vec, threads in ((8, 256), (4, 128), (1, 128)):
+        func = merge_forward(config, vec=vec, name="k")
+        source = lower_cuda({"k": RULE.apply(func, "forward", config, params, vec, 8)}).source
+        assert f"__launch_bounds__({threads})" in source, vec
+    assert "narrow_tile_n" not in params_as_dict(TiledParams())  # digests of older builds
+    for bad, match in ((replace(params, narrow_tile_n=100), "tile_n=100"),
+                       (replace(params, narrow_threads=-1), "narrow_threads must be >= 0")):
+        with pytest.raises(ValueError, match=match):
+            RULE.check_params(config, bad)
 
 
 def test_group_pads_that_do_not_fit_are_refused():

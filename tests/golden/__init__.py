@@ -67,6 +67,10 @@ PARAM_CASES = {
     "tiled_qkv_k2_staged_forward_v4": ("qkv", OpConfig(8, 2, "float32"), "forward", 4,
                                        {"tile_n": 32, "threads": 32, "row_threads": 2,
                                         "slices_per_cta": 2, "stage_loads": True}),
+    # the stage in the unstaged load order: a warp reads consecutive positions' pieces
+    "tiled_coalesced_staged_forward_v4": ("merge", OpConfig(8, 2, "float32"), "forward", 4,
+                                          {"tile_n": 32, "threads": 32, "row_threads": 2,
+                                           "stage_loads": True, "stage_coalesced": True}),
 }
 
 

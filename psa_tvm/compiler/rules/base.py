@@ -80,18 +80,23 @@ def pass_loops(sch: s_tir.Schedule, pass_: Pass) -> tuple:
     return block, b, h, s, d, n
 
 
-def finish(sch: s_tir.Schedule, name: str) -> PrimFunc:
+def finish(sch: s_tir.Schedule, name: str, *, per_thread_buffers: bool = False) -> PrimFunc:
     """The scheduled function, with buffers compacted so symbolic ``N`` still gives fixed tiles.
 
     The strict ``CompactBufferAllocation`` of the default pipeline sizes a shared tile as
     ``min(N, tile)``, which is not a constant and fails codegen; the non-strict variant keeps the
     full tile size.
+
+    ``per_thread_buffers``: a local buffer written and read in two loop nests bound to the same
+    threads is compacted per thread. Compaction relaxes each nest's own thread loop and the
+    loops inside it; so the nests' thread loops are unified into one first (as TVM's lowering
+    does later anyway) and the indices simplified (a ``(tile*256 + step*64 + row) % 64`` that
+    is ``row``, which interval arithmetic over ``step`` would widen to the whole range).
     """
+    passes = [s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+              s_tir.transform.ConvertBlocksToOpaque()]
+    if per_thread_buffers:
+        passes += [s_tir.transform.UnifyThreadBinding(), s_tir.transform.StmtSimplify()]
     compact = tvm.transform.Sequential(
-        [
-            s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
-            s_tir.transform.ConvertBlocksToOpaque(),
-            s_tir.transform.CompactBufferAllocation(is_strict=False),
-        ]
-    )
+        [*passes, s_tir.transform.CompactBufferAllocation(is_strict=False)])
     return compact(sch.mod)[name]

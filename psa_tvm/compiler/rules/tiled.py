@@ -27,7 +27,7 @@ per warp access, which the sm_90 tuning preferred for the backward pass.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from tvm.tirx import PrimFunc
@@ -99,6 +99,36 @@ class TiledParams:
     The backward is unchanged: its row loads staged the same way were level or slower for
     every layout-family scatter (docs/perf.md v16) and trip TVM 0.27's buffer compaction (an
     int32 overflow) for the merge's. Left out of the stored params when ``False``."""
+    stage_coalesced: bool = field(default=False, metadata={"omit_default": True})
+    """With ``stage_loads``: keep the unstaged kernel's load order, in which one warp
+    instruction reads ``threads/row_threads`` consecutive positions' pieces (contiguous memory:
+    512 bytes for kd=32 in 16-bit types at ``row_threads = 4``), instead of giving each thread
+    adjacent positions (an instruction then reads pieces of positions ``tile_n*row_threads/
+    threads`` apart, and the L1 has to merge the lines). The thread's positions are then strided
+    in the tile, so its register buffer gets a layout in the thread's own order and the copy
+    into the tile a loop nest of its own, bound like the loads (see ``apply`` and
+    :func:`finish`'s ``per_thread_buffers``; ptxas: no stack frame). Only int32 kernels whose
+    kd-side vectors are ``vec_bytes`` wide use it; the others (misaligned views, int64) keep the
+    adjacent order. The merge forward's v17 set uses it: 1.11x -> 1.06x a copy at 40x23/b64 in
+    16-bit types (docs/perf.md v17). Left out of the stored params when ``False``."""
+    narrow_tile_n: int = field(default=0, metadata={"omit_default": True})
+    """``tile_n`` of the kernels whose N side is narrower than ``vec_bytes`` (``N`` not a
+    multiple of the full vector: 640x480's N = 300 runs 8-byte N-side kernels in 16-bit
+    types); 0: ``tile_n``. Those N are the tails, where a long tile leaves a mostly empty last
+    one (300 = 256 + 44 positions), while the full-width kernels of the same build run the
+    squares and 40x23 (1280x720), which gain from long tiles (docs/perf.md v17). Left out of
+    the stored params at 0."""
+    narrow_threads: int = field(default=0, metadata={"omit_default": True})
+    """``threads`` of the same narrower kernels; 0: ``threads``. Left out at 0."""
+
+    def for_variant(self, itemsize: int, vec: int) -> TiledParams:
+        """The params a kernel with a ``vec``-element N side runs: the ``narrow_*`` ones where
+        that side is narrower than ``vec_bytes``."""
+        if vec * itemsize >= self.vec_bytes or not (self.narrow_tile_n or self.narrow_threads):
+            return self
+        return replace(self, tile_n=self.narrow_tile_n or self.tile_n,
+                       threads=self.narrow_threads or self.threads, narrow_tile_n=0,
+                       narrow_threads=0)
 
 
 def _pow2_floor(x: int) -> int:
@@ -110,6 +140,10 @@ class Tiled(ScheduleRule):
 
     name: ClassVar[str] = "tiled"
     Params: ClassVar[type] = TiledParams
+    unify_threads: ClassVar[bool] = True
+    """``stage_coalesced``: unify the copy's and the loads' thread loops before compaction, so
+    the register buffer is per thread (see :func:`finish`). The CPU emulation of the tests,
+    which runs each thread loop serially, needs the nests apart (one buffer slice per thread)."""
 
     def vector_width(self, config: OpConfig, params: TiledParams) -> int:
         vec = max(1, params.vec_bytes // config.itemsize)
@@ -129,6 +163,12 @@ class Tiled(ScheduleRule):
         return TiledParams(tile_n=tile_n, threads=threads, row_threads=row_threads)
 
     def check_params(self, config: OpConfig, params: TiledParams) -> None:
+        if params.narrow_tile_n < 0 or params.narrow_threads < 0:
+            raise ValueError(f"tiled params {params}: narrow_tile_n and narrow_threads must be "
+                             f">= 0 (0: the full-width kernels' tile_n and threads)")
+        narrow = params.for_variant(config.itemsize, 1)
+        if narrow is not params:  # the narrower kernels' own tile must fit as well
+            self.check_params(config, narrow)
         vec = self.vector_width(config, params)
         problems = []
         if params.threads % 32 or not 32 <= params.threads <= 1024:
@@ -157,6 +197,8 @@ class Tiled(ScheduleRule):
             )
         if params.pad_bytes % config.itemsize:
             problems.append(f"pad_bytes={params.pad_bytes} is not a multiple of the item size")
+        if params.stage_coalesced and not params.stage_loads:
+            problems.append("stage_coalesced orders the register stage: it needs stage_loads")
         if params.group_pad_bytes % 16 or params.group_pad_bytes < 0:
             problems.append(f"group_pad_bytes={params.group_pad_bytes} must be a multiple of 16 "
                             f"(keeping the row side 16-byte aligned)")
@@ -172,6 +214,7 @@ class Tiled(ScheduleRule):
     def apply(self, func: PrimFunc, pass_: Pass, config: OpConfig, params: TiledParams,
               vec: int, vec_kd: int | None = None) -> PrimFunc:
         self.check_params(config, params)
+        params = params.for_variant(config.itemsize, vec)
         vec_kd = vec if vec_kd is None else vec_kd
         if vec_kd > self.vector_width(config, params) or config.key_dim % vec_kd:
             raise ValueError(f"vec_kd={vec_kd} does not fit key_dim={config.key_dim} and "
@@ -239,7 +282,9 @@ class Tiled(ScheduleRule):
         # With several slices per CTA, the threads of one position cover its k*kd-element piece
         # (k slices x row_threads vectors per kd row), contiguous in the bnhd layout.
         rows_per_pass = params.threads // (params.row_threads * slices)
-        if registers is None:
+        coalesced = (registers is not None and params.stage_coalesced and int32_kernel
+                     and vec_kd * config.itemsize == params.vec_bytes)
+        if registers is None or coalesced:
             n_outer, n_row = sch.split(n_in, [None, rows_per_pass])
             d_outer, d_thread, d_vec = sch.split(d, [None, params.row_threads, vec_kd])
         else:  # a thread's positions and vectors adjacent: its register block is dense
@@ -257,9 +302,41 @@ class Tiled(ScheduleRule):
         sch.unroll(d_outer)
         if registers is not None:  # the thread's loads first, then its stores into the tile
             sch.reorder(kd_thread, n_outer, d_outer)
-            sch.reverse_compute_at(registers, kd_thread)
-            for loop in sch.get_loops(registers)[3:]:  # under (slices, n_tile, thread)
-                sch.unroll(loop)
+            if coalesced:
+                # The thread's positions are rows_per_pass apart and its vectors
+                # row_threads*vec_kd apart: index the register buffer by (b, h, s, the tile,
+                # the thread's row, its vector slot, the step, the vector, the element). Under
+                # the thread loop that is the dense [steps, d_outer, vec_kd] block; with the
+                # tile's own index, compaction would size it as the span of the thread's
+                # positions. The step is n % tile_n // rows_per_pass: TVM 0.27 cannot map the
+                # shape of n // rows_per_pass % steps (a range whose minimum is not zero), and
+                # an n // rows_per_pass axis of symbolic extent overflows int32 in compaction.
+                # The map is a bijection that TVM's affine check cannot prove, hence
+                # assume_injective_transform.
+                stride_d = params.row_threads * vec_kd
+                sch.transform_layout(
+                    block, ("write", 0),
+                    lambda b, h, s, d, n: (b, h, s, n // params.tile_n, n % rows_per_pass,
+                                           d // vec_kd % params.row_threads,
+                                           n % params.tile_n // rows_per_pass, d // stride_d,
+                                           d % vec_kd),
+                    assume_injective_transform=True)
+                # The copy into the tile (cache_write's own nest under the tile loop, over
+                # the tile: unit b, h, s loops or the slices, then d and n) is split and bound
+                # like the loads, so each thread copies exactly its own registers. Under the
+                # loads' thread loop instead (reverse_compute_at), its extent would be inferred
+                # through the index above, which is not affine: the whole tile.
+                *c_rows, c_d, c_n = sch.get_loops(registers)[2:]
+                c_outer, c_row = sch.split(c_n, [params.tile_n // rows_per_pass, rows_per_pass])
+                c_d_outer, c_d_thread, c_vec = sch.split(c_d, [None, params.row_threads, vec_kd])
+                sch.reorder(c_row, *c_rows, c_d_thread, c_outer, c_d_outer, c_vec)
+                sch.bind(sch.fuse(c_row, *c_rows, c_d_thread), "threadIdx.x")
+                for loop in (c_outer, c_d_outer, c_vec):
+                    sch.unroll(loop)
+            else:
+                sch.reverse_compute_at(registers, kd_thread)
+                for loop in sch.get_loops(registers)[3:]:  # under (slices, n_tile, thread)
+                    sch.unroll(loop)
 
         # The n-contiguous side: whole tile rows, one vector per thread per step.
         *ax_rows, ax_n = sch.get_loops(staged)[2:]  # under (slices, n_tile): [slices,] d, n
@@ -288,4 +365,4 @@ class Tiled(ScheduleRule):
                     aligned_block, 0, axis=axis, factor=_BANK_ROW_BYTES // config.itemsize,
                     offset=params.pad_bytes // config.itemsize,
                 )
-        return finish(sch, name)
+        return finish(sch, name, per_thread_buffers=coalesced and self.unify_threads)
