@@ -97,11 +97,13 @@ def test_the_stage_grid_stages_every_candidate_around_each_pass_s_own_params():
 
 
 def test_the_staged_wide_and_dividing_grids_keep_the_stage_and_the_cta_grouping():
-    """``--grid stage-wide`` (32-128 tiles, 64-256 threads) and ``--grid stage-divides``
-    (40/80/200 tiles): every candidate staged, valid, grouped as the gather's own set."""
+    """``--grid stage-wide`` (32-128 tiles, 64-256 threads), ``--grid stage-divides``
+    (40/80/200 tiles) and ``--grid stage-coalesced`` (the stage in the unstaged load order):
+    every candidate staged, valid, grouped as the gather's own set, keyed apart."""
     rule = get_rule("tiled")
     for grid, tiles in ((layout_tune.stage_wide_candidate_params, {32, 64, 128}),
-                        (layout_tune.stage_divides_candidate_params, {40, 80, 200})):
+                        (layout_tune.stage_divides_candidate_params, {40, 80, 200}),
+                        (layout_tune.stage_coalesced_candidate_params, {64, 128})):
         for op in ("qkv", "qkv_grad_cudnn"):
             own = BuildRequest(CONFIG, "tiled", op=op).resolved_pass_params()["forward"]
             found = [TiledParams(**p) for p in grid(CONFIG, op)]
@@ -109,8 +111,12 @@ def test_the_staged_wide_and_dividing_grids_keep_the_stage_and_the_cta_grouping(
             assert all(p.stage_loads for p in found) and {p.tile_n for p in found} <= tiles
             assert {(p.slices_per_cta, p.heads_inner) for p in found} == {
                 (own.slices_per_cta, own.heads_inner)}
+            coalesced = grid is layout_tune.stage_coalesced_candidate_params
+            assert all(p.stage_coalesced == coalesced for p in found)
             for params in found:
                 rule.check_params(CONFIG, params)
+                key = layout_tune.params_key(params_as_dict(params))
+                assert key.endswith("/sc" if coalesced else "/s")
 
 
 def test_time_shapes_are_parsed_or_refused_with_the_expected_form():

@@ -209,14 +209,25 @@ def stage_divides_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
         "tile_n": (40, 80, 200), "threads": (64, 160, 320), "row_threads": (2, 4)})
 
 
-def _staged_gather(config: OpConfig, op: str, axes_of) -> Iterator[dict]:
-    """The gather's own params with the register stage, varied over ``axes_of(own)``."""
+def stage_coalesced_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
+    """The staged gathers in the unstaged kernel's load order (``stage_coalesced``: one warp
+    instruction reads consecutive positions' pieces, contiguous memory) at 64- and
+    128-position tiles, 128-512 threads, 2 or 4 threads per kd row. The own params are added
+    by :func:`build`."""
+    return _staged_gather(config, op, lambda own: {
+        "tile_n": (64, 128), "threads": (128, 256, 512), "row_threads": (2, 4)},
+        stage_coalesced=True)
+
+
+def _staged_gather(config: OpConfig, op: str, axes_of, **fixed) -> Iterator[dict]:
+    """The gather's own params with the register stage (and ``fixed``), varied over
+    ``axes_of(own)``."""
     from dataclasses import replace
 
     from psa_tvm.compiler.artifact import BuildRequest
 
     own = BuildRequest(config, "tiled", op=op).resolved_pass_params()["forward"]
-    return _variations(config, [replace(own, stage_loads=True)], axes_of(own))
+    return _variations(config, [replace(own, stage_loads=True, **fixed)], axes_of(own))
 
 
 def wide_candidate_params(config: OpConfig, op: str) -> Iterator[dict]:
@@ -250,6 +261,7 @@ GRIDS = {
     "stage": stage_candidate_params,
     "stage-wide": stage_wide_candidate_params,
     "stage-divides": stage_divides_candidate_params,
+    "stage-coalesced": stage_coalesced_candidate_params,
 }
 
 
@@ -304,14 +316,19 @@ EXTRA_SHAPES = ((128, 64, 80), (128, 16, 40), (512, 16, 40), (512, 8, 80))
 
 def params_key(params: dict) -> str:
     """``t<tile_n>/<threads>/r<row_threads>/p<pad_bytes>``, then ``/x`` (``slices_on_x``),
-    ``/k<slices_per_cta>``, ``/h`` (``heads_inner``), ``/g<group_pad_bytes>`` and ``/s``
-    (``stage_loads``) where set."""
+    ``/k<slices_per_cta>``, ``/h`` (``heads_inner``), ``/g<group_pad_bytes>``, ``/s``
+    (``stage_loads``, ``/sc`` with ``stage_coalesced``) and ``/n<narrow_tile_n>x
+    <narrow_threads>`` where set. Distinct params give distinct keys: the timings are keyed
+    by them."""
     return (f"t{params['tile_n']}/{params['threads']}/r{params['row_threads']}/"
             f"p{params['pad_bytes']}" + ("/x" if params.get("slices_on_x") else "")
             + (f"/k{params['slices_per_cta']}" if params.get("slices_per_cta", 1) > 1 else "")
             + ("/h" if params.get("heads_inner") else "")
             + (f"/g{params['group_pad_bytes']}" if params.get("group_pad_bytes") else "")
-            + ("/s" if params.get("stage_loads") else ""))
+            + ("/s" if params.get("stage_loads") else "")
+            + ("c" if params.get("stage_coalesced") else "")
+            + (f"/n{params.get('narrow_tile_n', 0)}x{params.get('narrow_threads', 0)}"
+               if params.get("narrow_tile_n") or params.get("narrow_threads") else ""))
 
 
 def _profile_rounds(calls: dict, iters: int, rounds: int) -> dict:
@@ -579,8 +596,9 @@ def main(argv: list[str] | None = None) -> int:
                         "divides: each pass's own params with 40/80-position tiles; stage: each "
                         "pass's own params with the register stage; stage-wide: the staged "
                         "gather with 32-128 tiles, 64-256 threads, 1/2/own row threads; "
-                        "stage-divides: the staged gather with 40/80/200-position tiles; the "
-                        "last eight with each op's own params")
+                        "stage-divides: the staged gather with 40/80/200-position tiles; "
+                        "stage-coalesced: the staged gather in the unstaged load order; the "
+                        "last nine with each op's own params")
     t = sub.add_parser("time")
     t.add_argument("roots", nargs="+", help="artifact directories written by `build`")
     t.add_argument("--out", default="layout-tune")

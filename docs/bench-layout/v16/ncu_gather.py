@@ -32,8 +32,8 @@ for batch, size in ((32, 20), (16, 40)):
         for key in keys:
             rt = PsaStreamRuntimeOp(name, 32, 6, "float16", artifacts=root)
             rt._builds = {p: builds[name, key] for p in op.passes}
-            fns.append(lambda rt=rt: rt.launch("forward", tensors, batch, n, stream))
-        fns.append(lambda: torch.mul(src, 1, out=dst))
+            fns.append(lambda rt=rt, t=tensors, b=batch, n=n: rt.launch("forward", t, b, n, stream))
+        fns.append(lambda src=src, dst=dst: torch.mul(src, 1, out=dst))
         for _ in range(3):
             for fn in fns:
                 flush.zero_()
