@@ -178,3 +178,16 @@ def test_tune_grid_takes_any_tiled_param_and_flags_as_bools():
                         (["tile_n=64,x"], "comma-separated ints")):
         with pytest.raises(ValueError, match=needle):
             parse_grid(bad)
+
+
+def test_tune_run_refuses_to_mix_timers_in_one_results_file(tmp_path):
+    """``tune run --profiler`` on a directory whose results.jsonl holds event timings (or the
+    reverse) stops before timing anything: ``select`` would compare the two."""
+    from psa_tvm.tools import tune
+
+    (tmp_path / tune.RESULTS).write_text(json.dumps(
+        {"pass": "forward", "shape": [16, 40, 40], "us": 5.0, "copy_us": 5.0,
+         "source": "kd32_nh4_float16/tiled-x.cu"}) + "\n")
+    with pytest.raises(ValueError,
+                       match="taken with CUDA events, this run takes them with the profiler"):
+        tune.main(["run", "--artifacts", str(tmp_path), "--profiler"])

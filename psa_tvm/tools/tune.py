@@ -225,13 +225,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     from psa_tvm.tools.timing import GpuTimer, KernelProfiler
 
     root = Path(args.artifacts)
-    manifest = Manifest.load(root)
     results_path = root / RESULTS
     done = set()
+    timer_name = "profiler" if args.profiler else "events"
     if results_path.exists():
         for line in results_path.read_text().splitlines():
             r = json.loads(line)
             done.add((r["source"], r["pass"], tuple(r["shape"])))
+            # `select` compares every line of the file: one timer per file
+            if (found := r.get("timer", "events")) != timer_name:
+                taken = {"events": "CUDA events", "profiler": "the profiler"}
+                raise ValueError(f"--profiler: {results_path} holds timings taken with "
+                                 f"{taken[found]}, this run takes them with {taken[timer_name]}"
+                                 f"; time into another directory or move the file away")
+    manifest = Manifest.load(root)
     # The profiler's kernel times (CUPTI) leave out the host time that events after a flush
     # still see at small shapes; its runs are slower to take, so fewer by default.
     timer = (KernelProfiler(GpuTimer(reps=5), reps=args.reps) if args.profiler
@@ -247,7 +254,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for build, pass_, shape in tqdm(jobs, desc="psa-tvm tune", unit="run"):
             record = time_candidate(timer, build, pass_, shape, copy_us)
             record["source"] = str(build.source.relative_to(root))
-            record["timer"] = "profiler" if args.profiler else "events"
+            record["timer"] = timer_name
             sink.write(json.dumps(record) + "\n")
             sink.flush()
     print(f"timed {len(jobs)} runs ({len(done)} already done) into {results_path}")
