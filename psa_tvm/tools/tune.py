@@ -198,24 +198,20 @@ def cmd_build(args: argparse.Namespace) -> int:
         requests = [BuildRequest(config, "tiled", _tuned_tiled_params(config), preferred=False,
                                  shifted_params=params)
                     for config in configs for params in shifted_candidates(config)]
-        build_artifacts(requests, args.output, args.arch, jobs=args.jobs, progress=True,
-                        keep_going=True, native=False)
-        print(f"built {len(requests)} shifted candidates into {args.output}")
-        return 0
-    if args.stage:
+        what = "shifted candidates"
+    elif args.stage:
         requests = [BuildRequest(config, "tiled", params, preferred=False)
                     for config in configs for params in stage_candidates(config)]
-        build_artifacts(requests, args.output, args.arch, jobs=args.jobs, progress=True,
-                        keep_going=True, native=False)
-        print(f"built {len(requests)} register-stage candidates into {args.output}")
-        return 0
-    grid = parse_grid(args.grid)
-    requests = [BuildRequest(config, "tiled", params, preferred=False)
-                for config in configs for params in candidates(config, grid)]
+        what = "register-stage candidates"
+    else:
+        grid = parse_grid(args.grid)
+        requests = [BuildRequest(config, "tiled", params, preferred=False)
+                    for config in configs for params in candidates(config, grid)]
+        what = "candidates"
     # Candidates run through the RuntimeOp, one build at a time: no native library needed.
     build_artifacts(requests, args.output, args.arch, jobs=args.jobs, progress=True,
                     keep_going=True, native=False)
-    print(f"built {len(requests)} candidates into {args.output}")
+    print(f"built {len(requests)} {what} into {args.output}")
     return 0
 
 
