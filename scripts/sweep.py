@@ -29,14 +29,18 @@ def main() -> int:
     parser.add_argument("--schedules", nargs="+", default=["rowwise", "tiled"])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float16", "bfloat16"])
     parser.add_argument("--shapes", default=None, help="B,H,W;B,H,W (default: the tail sweep)")
+    parser.add_argument("--configs", default=None,
+                        help=f"KD,NH;KD,NH (default: {';'.join(f'{k},{n}' for k, n in CONFIGS)})")
     args = parser.parse_args()
     shapes = SHAPES if args.shapes is None else [
         tuple(int(x) for x in s.split(",")) for s in args.shapes.split(";")]
+    configs = CONFIGS if args.configs is None else [
+        tuple(int(x) for x in c.split(",")) for c in args.configs.split(";")]
     stream = torch.cuda.current_stream().cuda_stream
     runs = failures = 0
     for schedule in args.schedules:
         for dtype in args.dtypes:
-            for key_dim, num_heads in CONFIGS:
+            for key_dim, num_heads in configs:
                 config = OpConfig(key_dim, num_heads, dtype)
                 op = PsaMergeAttnRuntimeOp(key_dim, num_heads, dtype, schedule=schedule,
                                            artifacts=args.artifacts)

@@ -115,6 +115,49 @@ def test_tune_select_averages_runs_on_given_shapes_and_keeps_the_table_within_mi
     assert chosen("--min-gain", "0.005")[0] == 128
 
 
+def test_tune_select_worst_objective_and_min_mb(tmp_path):
+    """``--objective worst`` picks the set whose slowest shape is fastest, where the geometric
+    mean picks the set faster on average; ``--min-mb`` leaves shapes that move fewer bytes out
+    of the score (here the small one that decides the worst case otherwise)."""
+    import json
+
+    from psa_tvm.compiler.rules.tiled import TiledParams
+    from psa_tvm.tools import tune
+
+    config = OpConfig(8, 1, "float32")
+    sets = {64: TiledParams(tile_n=64, threads=64, row_threads=2),
+            128: TiledParams(tile_n=128, threads=128, row_threads=2)}
+    build_artifacts([BuildRequest(config, "tiled", p, preferred=False) for p in sets.values()],
+                    tmp_path, ["sm_90"], native=False)
+    sources = {b.schedule_params["tile_n"]: str(b.source.relative_to(tmp_path))
+               for b in Manifest.load(tmp_path).builds}
+    big, other_big, small = (64, 80, 80), (64, 40, 40), (1, 20, 12)
+    assert tune.moved_mb(big, "float32", 8, 1) >= 8 > tune.moved_mb(small, "float32", 8, 1)
+    fractions = {64: {big: 0.90, other_big: 1.10, small: 0.99},   # geomean 0.993, worst 0.90
+                 128: {big: 0.95, other_big: 0.96, small: 0.93}}  # geomean 0.947, worst 0.93
+    results = tmp_path / "r.jsonl"
+    results.write_text("".join(json.dumps({
+        "source": sources[tile], "pass": "forward", "shape": list(shape),
+        "us": 10 / f, "copy_us": 10.0, "variant": [1, 1]}) + "\n"
+        for tile, per_shape in fractions.items() for shape, f in per_shape.items()))
+    out = tmp_path / "table.json"
+
+    def chosen(*extra: str) -> tuple[int, float, list]:
+        assert tune.main(["select", "--artifacts", str(tmp_path), "-o", str(out),
+                          "--results", str(results), "--shapes",
+                          "64,80,80;64,40,40;1,20,12", *extra]) == 0
+        (entry,) = json.loads(out.read_text())["entries"]
+        return (entry["params"]["tile_n"], entry["fraction_of_copy"],
+                [t["shape"] for t in entry["tuned_on"]])
+
+    assert chosen()[:2] == (64, 0.9933)
+    assert chosen("--objective", "worst")[:2] == (128, 0.93)
+    assert chosen("--objective", "worst", "--min-mb", "8") == (
+        128, 0.95, [list(big), list(other_big)])
+    # 64's worst of the two big shapes (0.90) still loses to 128's (0.95)
+    assert chosen("--min-mb", "8")[0] == 64  # geomean over the big ones: 0.995 vs 0.955
+
+
 def test_tune_select_tunes_shifted_params_per_pass(tmp_path):
     """Shifted candidates (`tune build --shifted`): the forward fields come from the candidate
     whose shifted forward was fastest, the backward fields from the backward's; timings where a

@@ -211,7 +211,13 @@ def cmd_build(args: argparse.Namespace) -> int:
     # Candidates run through the RuntimeOp, one build at a time: no native library needed.
     build_artifacts(requests, args.output, args.arch, jobs=args.jobs, progress=True,
                     keep_going=True, native=False)
-    print(f"built {len(requests)} {what} into {args.output}")
+    out = Path(args.output)
+    sources = {b.source.resolve() for b in Manifest.load(out).builds}
+    built = sum((out / f"{r.stem}.cu").resolve() in sources for r in requests)
+    # keep_going leaves failed candidates out (TVM 0.27 cannot build some tile shapes)
+    failed = f"; {len(requests) - built} failed to build (see above)" \
+        if built < len(requests) else ""
+    print(f"built {built} of {len(requests)} {what} into {args.output}{failed}")
     return 0
 
 
@@ -335,37 +341,57 @@ def _scores(root: Path, by_source: dict, shifted: bool, shapes: tuple,
             for key, per_source in fractions.items()}
 
 
-def _best(per_source: dict, order: tuple,
-          among: Collection[str] | None = None) -> tuple[str, float, list[dict], int] | None:
-    """The source with the best geometric mean over the shapes every candidate was timed on:
-    (source, that mean, its per-shape record, candidates compared), or None if fewer than two
-    candidates were; ``among``: the best of these sources only (on the same shapes)."""
+def _best(per_source: dict, order: tuple, among: Collection[str] | None = None,
+          objective: str = "geomean") -> tuple[str, float, list[dict], int] | None:
+    """The source with the best score over the shapes every candidate was timed on: (source,
+    that score, its per-shape record, candidates compared), or None if fewer than two
+    candidates were; ``among``: the best of these sources only (on the same shapes). The score
+    is the geometric mean of the fractions of copy (``objective="geomean"``) or the worst one
+    (``"worst"``: the issue's targets hold per shape, so a set that is slow on one shape loses
+    to one a little slower on average)."""
     shapes = set.intersection(*(set(v) for v in per_source.values()))
     complete = {s: v for s, v in per_source.items() if set(v) >= shapes}
     if len(complete) < 2 or not shapes:
         return None  # nothing was compared: leave the configuration to the defaults
     ordered = [s for s in order if s in shapes]
-    products = {src: math.prod(v[s][0] for s in ordered) for src, v in complete.items()
-                if among is None or src in among}
-    if not products:
+    if not ordered:
         return None
-    best = max(products, key=products.__getitem__)
+    scores = {src: _score([v[s][0] for s in ordered], objective)
+              for src, v in complete.items() if among is None or src in among}
+    if not scores:
+        return None
+    best = max(scores, key=scores.__getitem__)
     tuned_on = [{"shape": list(s), "variant": complete[best][s][1],
                  "fraction_of_copy": round(complete[best][s][0], 4)} for s in ordered]
-    return best, products[best] ** (1 / len(ordered)), tuned_on, len(complete)
+    return best, scores[best], tuned_on, len(complete)
+
+
+def _score(fractions: list[float], objective: str) -> float:
+    """A candidate's score from its fractions of copy (higher is better)."""
+    if objective == "worst":
+        return min(fractions)
+    return math.prod(fractions) ** (1 / len(fractions))
 
 
 def _best_beating(per_source: dict, order: tuple, baseline: Collection[str],
-                  min_gain: float) -> tuple[str, float, list[dict], int] | None:
+                  min_gain: float, objective: str = "geomean"
+                  ) -> tuple[str, float, list[dict], int] | None:
     """:func:`_best`, unless it beats the best of the ``baseline`` sources (the table's or the
     defaults' params) by less than ``min_gain``: then that one, within the runs' noise."""
-    found = _best(per_source, order)
+    found = _best(per_source, order, objective=objective)
     if found is None or not baseline or not min_gain:
         return found
-    kept = _best(per_source, order, among=baseline)
+    kept = _best(per_source, order, among=baseline, objective=objective)
     if kept is not None and found[1] < kept[1] * (1 + min_gain):
         return (*kept[:3], found[3])
     return found
+
+
+def moved_mb(shape: tuple[int, int, int], dtype: str, key_dim: int, num_heads: int) -> float:
+    """Megabytes one pass moves at ``shape`` ``(B, H, W)``: the merged tensor read and
+    written once (the benchmark's and the issue's size)."""
+    batch, height, width = shape
+    return 2 * batch * 2 * num_heads * key_dim * height * width * DTYPE_ITEMSIZE[dtype] / 1e6
 
 
 def cmd_select(args: argparse.Namespace) -> int:
@@ -385,7 +411,11 @@ def cmd_select(args: argparse.Namespace) -> int:
             continue  # one set of tiled params (a `build --shifted` run): nothing was compared
         current = tabled.get((pass_, dtype, key_dim, num_heads))
         tabled_sources = {s for s in per_source if by_source[s].schedule_params == current}
-        if (found := _best_beating(per_source, shapes, tabled_sources, args.min_gain)) is None:
+        # --min-mb: only the shapes this configuration moves enough bytes at count
+        config_shapes = tuple(s for s in shapes
+                              if moved_mb(s, dtype, key_dim, num_heads) >= args.min_mb)
+        if (found := _best_beating(per_source, config_shapes, tabled_sources, args.min_gain,
+                                   args.objective)) is None:
             continue
         best, fraction, tuned_on, compared = found
         entries.append({"pass": pass_, "dtype": dtype, "key_dim": key_dim,
@@ -529,6 +559,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="keep the output table's params for a pass unless the best "
                              "candidate's geometric mean beats theirs by this fraction "
                              "(e.g. 0.01; they must be among the candidates)")
+    select.add_argument("--objective", choices=("geomean", "worst"), default="geomean",
+                        help="score a candidate by the geometric mean of its fractions of "
+                             "copy over the shapes, or by its worst one (the per-shape "
+                             "targets of docs/perf.md)")
+    select.add_argument("--min-mb", type=float, default=0.0,
+                        help="per configuration, score only the shapes at which a pass moves "
+                             "at least this many MB (the GPU target's 8)")
     select.set_defaults(func=cmd_select)
 
 
