@@ -417,11 +417,15 @@ def cmd_select(args: argparse.Namespace) -> int:
         if (found := _best_beating(per_source, config_shapes, tabled_sources, args.min_gain,
                                    args.objective)) is None:
             continue
-        best, fraction, tuned_on, compared = found
+        best, _, tuned_on, compared = found
+        # the table's fraction is the geometric mean whatever decided (the worst is in tuned_on)
+        fraction = _score([t["fraction_of_copy"] for t in tuned_on], "geomean")
         entries.append({"pass": pass_, "dtype": dtype, "key_dim": key_dim,
                         "num_heads": num_heads, "schedule": by_source[best].schedule,
                         "params": by_source[best].schedule_params,
                         "fraction_of_copy": round(fraction, 4), "candidates": compared,
+                        **({"objective": args.objective} if args.objective != "geomean"
+                           else {}),
                         "tuned_on": tuned_on})
     shifted_entries = _select_shifted(root, by_source, results)
     previous = previous if args.update else {}
