@@ -47,6 +47,11 @@ class OpConfig:
     def itemsize(self) -> int:
         return DTYPE_ITEMSIZE[self.dtype]
 
+    def merged_bytes(self, batch: int, height: int, width: int) -> int:
+        """Bytes of the merged tensor ``[B, c, H, W]``: what each pass reads once and writes
+        once (the benchmark's and the tuning tool's size of a shape)."""
+        return batch * self.channels * height * width * self.itemsize
+
     @property
     def tag(self) -> str:
         """A file-name-safe identifier, e.g. ``kd32_nh4_float16``."""

@@ -47,8 +47,9 @@ class Shape:
     def n(self) -> int:
         return self.height * self.width
 
-    def merged_bytes(self, itemsize: int) -> int:
-        return self.batch * 2 * self.num_heads * self.key_dim * self.n * itemsize
+    def merged_bytes(self, dtype: str) -> int:
+        return OpConfig(self.key_dim, self.num_heads, dtype).merged_bytes(
+            self.batch, self.height, self.width)
 
 
 def yolo_shapes(quick: bool = False) -> list[Shape]:
@@ -113,7 +114,6 @@ def time_shape(timer: GpuTimer, shape: Shape, dtype_name: str, schedules: list[s
                profiler: KernelProfiler | None = None) -> list[dict]:
     """Every implementation of both passes on one shape and dtype, same inputs."""
     dtype = DTYPES[dtype_name]
-    itemsize = torch.finfo(dtype).bits // 8
     ops = {s: PsaMergeAttnRuntimeOp(shape.key_dim, shape.num_heads, dtype_name, schedule=s,
                                     artifacts=artifacts) for s in schedules}
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -157,7 +157,7 @@ def time_shape(timer: GpuTimer, shape: Shape, dtype_name: str, schedules: list[s
     variants.update({("backward", s): op.plan_backward(grad, [d_lo, d_hi]).kernel
                      for s, op in ops.items()})
     records = []
-    moved = 2 * shape.merged_bytes(itemsize)
+    moved = 2 * shape.merged_bytes(dtype_name)
     for pass_, fns in impls.items():
         fns = {name: fn for name, fn in fns.items() if name in peers or name in ops}
         times = {name: timer.median_us(fn) for name, fn in fns.items()}
@@ -359,7 +359,7 @@ def time_cpu_shape(shape: Shape, dtype_name: str, reps: int) -> list[dict]:
                      "psa_tvm": lambda: psa_tvm.merge_backward(grad, nh, kd, d_lo=out_lo,
                                                                d_hi=out_hi)},
     }
-    moved = 2 * shape.merged_bytes(torch.finfo(dtype).bits // 8)
+    moved = 2 * shape.merged_bytes(dtype_name)
     records = []
     for pass_, fns in impls.items():
         # Interleaved rounds, best of each: the machine may be shared.

@@ -390,8 +390,7 @@ def _best_beating(per_source: dict, order: tuple, baseline: Collection[str],
 def moved_mb(shape: tuple[int, int, int], dtype: str, key_dim: int, num_heads: int) -> float:
     """Megabytes one pass moves at ``shape`` ``(B, H, W)``: the merged tensor read and
     written once (the benchmark's and the issue's size)."""
-    batch, height, width = shape
-    return 2 * batch * 2 * num_heads * key_dim * height * width * DTYPE_ITEMSIZE[dtype] / 1e6
+    return 2 * OpConfig(key_dim, num_heads, dtype).merged_bytes(*shape) / 1e6
 
 
 def cmd_select(args: argparse.Namespace) -> int:
