@@ -23,19 +23,34 @@ SHAPES = ((1, 1, 1), (1, 7, 13), (2, 20, 20), (3, 5, 3), (1, 33, 17))
 CONFIGS = ((8, 1), (32, 4), (128, 8))
 
 
+def int_tuples(form: str):
+    """An option's type: ``"a,b;a,b"`` of ints, each group shaped like ``form`` (the values
+    themselves are checked where they are used, by ``OpConfig`` and the op)."""
+    size = len(form.split(","))
+
+    def parse(text: str) -> list[tuple[int, ...]]:
+        try:
+            groups = [tuple(int(x) for x in part.split(",")) for part in text.split(";")]
+        except ValueError:
+            groups = []
+        if not groups or any(len(g) != size for g in groups):
+            raise argparse.ArgumentTypeError(
+                f"expected {form};{form} (ints), got {text!r}")
+        return groups
+    return parse
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--artifacts", default=os.environ.get("PSA_TVM_ARTIFACTS", ".artifacts"))
     parser.add_argument("--schedules", nargs="+", default=["rowwise", "tiled"])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float16", "bfloat16"])
-    parser.add_argument("--shapes", default=None, help="B,H,W;B,H,W (default: the tail sweep)")
-    parser.add_argument("--configs", default=None,
+    parser.add_argument("--shapes", default=SHAPES, type=int_tuples("B,H,W"),
+                        help="B,H,W;B,H,W (default: the tail sweep)")
+    parser.add_argument("--configs", default=CONFIGS, type=int_tuples("KD,NH"),
                         help=f"KD,NH;KD,NH (default: {';'.join(f'{k},{n}' for k, n in CONFIGS)})")
     args = parser.parse_args()
-    shapes = SHAPES if args.shapes is None else [
-        tuple(int(x) for x in s.split(",")) for s in args.shapes.split(";")]
-    configs = CONFIGS if args.configs is None else [
-        tuple(int(x) for x in c.split(",")) for c in args.configs.split(";")]
+    shapes, configs = args.shapes, args.configs
     stream = torch.cuda.current_stream().cuda_stream
     runs = failures = 0
     for schedule in args.schedules:
