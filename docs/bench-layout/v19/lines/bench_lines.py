@@ -20,7 +20,8 @@ from psa_tvm.tools.timing import GpuTimer, KernelProfiler
 
 # (nh, batch, H, W): the merge forward's rows above 1.05x a copy in v17/v18 and neighbours
 SHAPES = ((2, 64, 20, 20), (2, 16, 40, 40), (4, 64, 20, 20), (4, 16, 20, 20),
-          (6, 16, 20, 20), (6, 64, 20, 20), (4, 64, 40, 23), (4, 16, 40, 23), (4, 64, 40, 40), (6, 64, 40, 23), (2, 64, 40, 23))
+          (6, 16, 20, 20), (6, 64, 20, 20), (4, 64, 40, 23), (4, 16, 40, 23), (4, 64, 40, 40),
+          (6, 64, 40, 23), (2, 64, 40, 23))
 VARIANTS = {"split256x1": 256}
 # run 1 also timed split128x2, split256x4, split512x2 and split512x4 (split_h200.jsonl)
 # the library's two input tensors (lo, hi), slices alternating (two*) or lo first (two256s)
