@@ -160,10 +160,9 @@ def test_tune_select_worst_objective_and_min_mb(tmp_path):
     assert chosen("--min-mb", "8")[0] == 64  # geomean over the big ones: 0.995 vs 0.955
 
 
-def test_tune_select_tunes_shifted_params_per_pass(tmp_path):
-    """Shifted candidates (`tune build --shifted`): the forward fields come from the candidate
-    whose shifted forward was fastest, the backward fields from the backward's; timings where a
-    plain kernel ran are left out, and no tiled entry is written (one set of tiled params)."""
+def _shifted_pair(tmp_path):
+    """Two shifted candidates of one tiled build: one with a faster forward set, one with a
+    faster backward set (their fields differ from the defaults); their sources by name."""
     import json
     from dataclasses import asdict, replace
 
@@ -183,6 +182,20 @@ def test_tune_select_tunes_shifted_params_per_pass(tmp_path):
                  for b in manifest.builds}
     source = {name: by_fields[json.dumps(asdict(p), sort_keys=True)]
               for name, p in (("fwd", fast_fwd), ("bwd", fast_bwd))}
+    return base, fast_fwd, fast_bwd, source
+
+
+def test_tune_select_tunes_shifted_params_per_pass(tmp_path):
+    """Shifted candidates (`tune build --shifted`): the forward fields come from the candidate
+    whose shifted forward was fastest, the backward fields from the backward's; timings where a
+    plain kernel ran are left out, and no tiled entry is written (one set of tiled params)."""
+    import json
+    from dataclasses import asdict
+
+    from psa_tvm.compiler import shifted
+    from psa_tvm.tools import tune
+
+    base, fast_fwd, fast_bwd, source = _shifted_pair(tmp_path)
     lines = []
     for shape in tune.SHIFTED_TUNE_SHAPES:
         for name in ("fwd", "bwd"):
@@ -216,6 +229,50 @@ def test_tune_select_tunes_shifted_params_per_pass(tmp_path):
     assert tune.main(["select", "--artifacts", str(tmp_path), "-o", str(out)]) == 0
     (entry,) = json.loads(out.read_text())["shifted"]
     assert entry["params"] == asdict(base)
+
+
+def test_tune_select_scores_shifted_params_on_given_shapes_by_the_worst(tmp_path):
+    """`--shifted-shapes` with a YOLO square (where the 16-bit shifted backward also runs) and
+    `--objective worst`: a backward set that wins on the odd-N shapes' geometric mean but is
+    slow at the square loses to a steadier one; `--min-mb` leaves a small shape out."""
+    import json
+    from dataclasses import asdict
+
+    from psa_tvm.compiler import shifted
+    from psa_tvm.tools import tune
+
+    base, _, fast_bwd, source = _shifted_pair(tmp_path)
+    square, small = (64, 20, 20), (1, 20, 20)  # 1x20x20 at nh=2, kd=16: 0.05 MB moved
+    # "fwd" (default backward fields): 1.0x everywhere but 1.25x at the small shape;
+    # "bwd": 0.9x at the odd shapes (the better mean), 1.2x at the square
+    us = {("fwd", s): 10.0 for s in (*tune.SHIFTED_TUNE_SHAPES, square)}
+    us.update({("bwd", s): 9.0 for s in tune.SHIFTED_TUNE_SHAPES})
+    us[("bwd", square)], us[("fwd", small)], us[("bwd", small)] = 12.0, 12.5, 10.0
+    lines = [{"source": source[name], "pass": "backward", "shape": list(shape), "us": t,
+              "copy_us": 10.0, "variant": [8, 8], "shifted": True}
+             for (name, shape), t in us.items()]
+    (tmp_path / tune.RESULTS).write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    out = tmp_path / "table.json"
+
+    def backward_fields(*extra: str) -> dict:
+        assert tune.main(["select", "--artifacts", str(tmp_path), "-o", str(out), *extra]) == 0
+        (entry,) = json.loads(out.read_text())["shifted"]
+        return entry, {k: entry["params"][k] for k in shifted.PASS_FIELDS["backward"]}
+
+    defaults = {k: getattr(base, k) for k in shifted.PASS_FIELDS["backward"]}
+    fast = {k: getattr(fast_bwd, k) for k in shifted.PASS_FIELDS["backward"]}
+    assert backward_fields()[1] == fast  # the odd-N shapes alone, geometric mean
+    shapes = ";".join(",".join(map(str, s)) for s in (*tune.SHIFTED_TUNE_SHAPES, square, small))
+    entry, fields = backward_fields("--shifted-shapes", shapes, "--objective", "worst",
+                                    "--min-mb", "1")
+    assert fields == defaults  # worst 1.0 (the small shape left out) against 1.2
+    assert entry["objective"] == "worst"
+    assert [t["shape"] for t in entry["tuned_on"]["backward"]] == [
+        list(s) for s in (*tune.SHIFTED_TUNE_SHAPES, square)]
+    assert json.loads(out.read_text())["shifted_tune_shapes"][-1] == list(small)
+    # without --min-mb the small shape decides: "fwd" 1.25x against "bwd" 1.2x
+    assert backward_fields("--shifted-shapes", shapes, "--objective", "worst")[1] == fast
+    assert asdict(base) != asdict(fast_bwd)
 
 
 def test_shifted_candidates_are_valid_and_start_with_the_defaults():

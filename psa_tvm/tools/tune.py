@@ -426,7 +426,9 @@ def cmd_select(args: argparse.Namespace) -> int:
                         **({"objective": args.objective} if args.objective != "geomean"
                            else {}),
                         "tuned_on": tuned_on})
-    shifted_entries = _select_shifted(root, by_source, results)
+    shifted_shapes = _parse_shapes(args.shifted_shapes, SHIFTED_TUNE_SHAPES)
+    shifted_entries = _select_shifted(root, by_source, results, shifted_shapes, args.objective,
+                                      args.min_mb)
     previous = previous if args.update else {}
     # --update keeps what earlier runs tuned for other configurations (and passes).
     fresh = {_entry_key(e) for e in entries}
@@ -439,7 +441,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     table = {"arch": args.arch, "generated_by": "scripts/tune.py select",
              "tune_shapes": [list(s) for s in TUNE_SHAPES], "entries": entries}
     if shifted_entries:
-        table["shifted_tune_shapes"] = [list(s) for s in SHIFTED_TUNE_SHAPES]
+        table["shifted_tune_shapes"] = [list(s) for s in shifted_shapes]
         table["shifted"] = shifted_entries
     out.write_text(json.dumps(table, indent=1) + "\n")
     for e in entries:
@@ -452,16 +454,20 @@ def cmd_select(args: argparse.Namespace) -> int:
     return 0
 
 
-def _select_shifted(root: Path, by_source: dict,
-                    results: list[Path] | None = None) -> list[dict]:
+def _select_shifted(root: Path, by_source: dict, results: list[Path] | None = None,
+                    shapes: tuple = SHIFTED_TUNE_SHAPES, objective: str = "geomean",
+                    min_mb: float = 0.0) -> list[dict]:
     """Per configuration, the shifted params whose forward (backward) kernel was fastest where
-    a shifted kernel ran, among candidates that differ in them (``build --shifted``)."""
+    a shifted kernel ran, among candidates that differ in them (``build --shifted``), scored
+    over ``shapes`` by ``objective`` (shapes under ``min_mb`` moved left out, as for the tiled
+    params). The 16-bit backward also runs at ``N % 8 == 0`` above 2**21 elements, so the YOLO
+    squares belong in ``shapes`` for it."""
     from psa_tvm.compiler.rules.base import params_as_dict
     from psa_tvm.compiler.shifted import PASS_FIELDS, ShiftedParams, default_params, fits
 
     chosen: dict[tuple, dict] = {}
     for (pass_, dtype, key_dim, num_heads), per_source in sorted(
-            _scores(root, by_source, True, SHIFTED_TUNE_SHAPES, results).items()):
+            _scores(root, by_source, True, shapes, results).items()):
         # Builds from before manifests recorded their shifted params cannot be told apart.
         per_source = {s: v for s, v in per_source.items()
                       if by_source[s].shifted_params is not None}
@@ -471,13 +477,18 @@ def _select_shifted(root: Path, by_source: dict,
         default = params_as_dict(default_params(OpConfig(key_dim, num_heads, dtype)))
         defaults = {s for s in per_source if all(
             by_source[s].shifted_params[k] == default[k] for k in PASS_FIELDS[pass_])}
-        if (found := _best_beating(per_source, SHIFTED_TUNE_SHAPES, defaults,
-                                   SHIFTED_MIN_GAIN)) is None:
+        config_shapes = tuple(s for s in shapes
+                              if moved_mb(s, dtype, key_dim, num_heads) >= min_mb)
+        if (found := _best_beating(per_source, config_shapes, defaults, SHIFTED_MIN_GAIN,
+                                   objective)) is None:
             continue
-        best, fraction, tuned_on, compared = found
+        best, _, tuned_on, compared = found
+        # the geometric mean whatever decided, as for the tiled entries
+        fraction = _score([t["fraction_of_copy"] for t in tuned_on], "geomean")
         entry = chosen.setdefault((dtype, key_dim, num_heads), {
             "dtype": dtype, "key_dim": key_dim, "num_heads": num_heads, "params": {},
-            "fraction_of_copy": {}, "candidates": {}, "tuned_on": {}})
+            "fraction_of_copy": {}, "candidates": {},
+            **({"objective": objective} if objective != "geomean" else {}), "tuned_on": {}})
         fields = by_source[best].shifted_params
         entry["params"].update({k: fields[k] for k in PASS_FIELDS[pass_]})
         entry["fraction_of_copy"][pass_] = round(fraction, 4)
@@ -566,6 +577,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="score a candidate by the geometric mean of its fractions of "
                              "copy over the shapes, or by its worst one (the per-shape "
                              "targets of docs/perf.md)")
+    select.add_argument("--shifted-shapes", default=None, metavar="B,H,W;B,H,W",
+                        help=f"the shapes to select the shifted params on (default "
+                             f"{SHIFTED_TUNE_SHAPES}); the 16-bit shifted backward also runs "
+                             "at the YOLO squares")
     select.add_argument("--min-mb", type=float, default=0.0,
                         help="per configuration, score only the shapes at which a pass moves "
                              "at least this many MB (the GPU target's 8)")
