@@ -1,7 +1,8 @@
 """merge_lines.cu (v18's hand-written merge forwards plus `line128/256/512`: line-aligned row
 pieces with a 64-position halo) against the library's merge forward and a copy of the same
 bytes, in one process: profiler kernel time after an L2 flush, every output poisoned and compared
-bitwise with torch's permute. Needs CuPy. docs/perf.md v19.
+bitwise with torch's permute. Needs CuPy. docs/perf.md v19. merge_lines.cu includes
+../../v18/split/merge_split.cu; this script is v18's bench_split.py with the line variants.
 
     nvcc -cubin -arch=sm_90 -O3 -std=c++17 merge_lines.cu -o merge_lines.cubin
     PSA_TVM_ARTIFACTS=ART python3 bench_lines.py merge_lines.cubin OUT.jsonl [ROUNDS]
