@@ -91,6 +91,11 @@ def test_a_user_table_comes_before_the_shipped_one(tmp_path, monkeypatch):
     config = OpConfig(entry["key_dim"], entry["num_heads"], entry["dtype"])
     assert table_paths(ARCH) == [tmp_path / f"{ARCH}.json", shipped_table_path(ARCH)]
     assert tuned_entry(ARCH, entry["pass"], config)["params"] == {"tile_n": 32}
+    # entry by entry: what the user's table lacks comes from the shipped one
+    other = next(e for e in SHIPPED if (e["pass"], e["dtype"], e["key_dim"], e["num_heads"])
+                 != (entry["pass"], entry["dtype"], entry["key_dim"], entry["num_heads"]))
+    other_config = OpConfig(other["key_dim"], other["num_heads"], other["dtype"])
+    assert tuned_entry(ARCH, other["pass"], other_config)["params"] == other["params"]
     monkeypatch.delenv("PSA_TVM_SCHEDULES")
     assert tuned_entry(ARCH, entry["pass"], config)["params"] == SHIPPED[0]["params"]
 

@@ -6,7 +6,8 @@ Nothing else in the package reads ``os.environ``: a reader of this module sees e
 |---|---|
 | ``PSA_TVM_ARTIFACTS`` | artifact directory to run from (``psa-tvm build -o DIR``) |
 | ``PSA_TVM_CACHE`` | root of the on-demand build cache (default ``$XDG_CACHE_HOME/psa_tvm``) |
-| ``PSA_TVM_SCHEDULES`` | a tuned-table directory searched before the shipped one |
+| ``PSA_TVM_SCHEDULES`` | a tuned-table directory searched before the shipped one, entry by |
+| | entry: a configuration (or pass) its table lacks takes the shipped table's entry |
 | ``PSA_TVM_NVCC`` | the ``nvcc`` to compile with (else ``$CUDA_HOME/bin/nvcc``, then ``PATH``) |
 | ``PSA_TVM_NATIVE`` | ``0`` runs the Python launcher instead of the native library |
 | ``PSA_TVM_TORCH_EXT`` | the C++ PyTorch extension of ``merge_attn``: ``auto`` (default: built |
