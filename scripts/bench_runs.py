@@ -1,7 +1,7 @@
 """Several runs of ``psa-tvm bench`` side by side: per row, the profiler ratio (kernel time /
 copy time of the same bytes) of every run, their median and max; per run, the rows >= 8 MB at
-<= 1.05x. A device call may land on another GPU, and one run's ratio at 5-20 us kernels moves
-by about +-0.04 between GPUs (docs/perf.md v18), so a row is judged on several runs here.
+<= 1.05x. A device call may land on another GPU, and a row's ratio moves between runs (0.015 in
+the median, up to 0.05-0.1 at single rows; docs/perf.md v19), so a row is judged on several runs.
 
     python3 scripts/bench_runs.py RUN_DIR [RUN_DIR ...] [--schedule tiled] [--min-mb 8]
         [--limit 1.05] [--markdown]
