@@ -295,3 +295,7 @@ def test_tune_shapes_are_checked_before_anything_runs():
     for bad in ("64,20", "64,20,x", "64,0,12", "1,2,3;"):
         with pytest.raises(ValueError, match="--shapes: expected 'B,H,W;B,H,W'"):
             tune._parse_shapes(bad)
+    # select's --shifted-shapes is named as itself, before any table is written
+    with pytest.raises(ValueError, match="--shifted-shapes: expected 'B,H,W;B,H,W'"):
+        tune.main(["select", "--artifacts", "/nonexistent", "-o", "/nonexistent/t.json",
+                   "--shifted-shapes", "64,20"])

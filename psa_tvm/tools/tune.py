@@ -263,14 +263,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_shapes(text: str | None, default=TUNE_SHAPES) -> tuple[tuple[int, int, int], ...]:
-    return parse_shapes(text, default, "'B,H,W;B,H,W' with positive sizes")
+def _parse_shapes(text: str | None, default=TUNE_SHAPES,
+                  option: str = "--shapes") -> tuple[tuple[int, int, int], ...]:
+    return parse_shapes(text, default, "'B,H,W;B,H,W' with positive sizes", option=option)
 
 
 def parse_shapes(text: str | None, default: tuple, expected: str,
-                 valid=lambda shape: True) -> tuple[tuple[int, int, int], ...]:
-    """A ``--shapes`` option: ``"a,b,c;a,b,c"`` of positive ints that pass ``valid``, or
-    ``default`` when empty; anything else raises a ValueError naming the option and the
+                 valid=lambda shape: True,
+                 option: str = "--shapes") -> tuple[tuple[int, int, int], ...]:
+    """A shapes option (``option``): ``"a,b,c;a,b,c"`` of positive ints that pass ``valid``,
+    or ``default`` when empty; anything else raises a ValueError naming the option and the
     ``expected`` form."""
     if not text:
         return default
@@ -279,7 +281,7 @@ def parse_shapes(text: str | None, default: tuple, expected: str,
     except ValueError:
         shapes = ()
     if not shapes or any(len(s) != 3 or min(s) < 1 or not valid(s) for s in shapes):
-        raise ValueError(f"--shapes: expected {expected}, got {text!r}")
+        raise ValueError(f"{option}: expected {expected}, got {text!r}")
     return shapes
 
 
@@ -393,11 +395,26 @@ def moved_mb(shape: tuple[int, int, int], dtype: str, key_dim: int, num_heads: i
     return 2 * OpConfig(key_dim, num_heads, dtype).merged_bytes(*shape) / 1e6
 
 
+def _choose(per_source: dict, config: tuple[str, int, int], shapes: tuple,
+            baseline: Collection[str], min_gain: float, objective: str,
+            min_mb: float) -> tuple[str, float, list[dict], int] | None:
+    """One configuration's pick, tiled or shifted: :func:`_best_beating` over the ``shapes``
+    at which ``config`` ``(dtype, key_dim, num_heads)`` moves ``min_mb`` MB or more (``--min-mb``),
+    with the geometric mean of the pick's fractions whatever ``objective`` decided (the table's
+    ``fraction_of_copy``; the worst shape is in its per-shape record)."""
+    big = tuple(s for s in shapes if moved_mb(s, *config) >= min_mb)
+    if (found := _best_beating(per_source, big, baseline, min_gain, objective)) is None:
+        return None
+    best, _, tuned_on, compared = found
+    return best, _score([t["fraction_of_copy"] for t in tuned_on], "geomean"), tuned_on, compared
+
+
 def cmd_select(args: argparse.Namespace) -> int:
+    shapes = _parse_shapes(args.shapes)  # the options first: a bad one reads nothing
+    shifted_shapes = _parse_shapes(args.shifted_shapes, SHIFTED_TUNE_SHAPES, "--shifted-shapes")
     root = Path(args.artifacts)
     manifest = Manifest.load(root)
     by_source = {str(b.source.relative_to(root)): b for b in manifest.builds if b.op == "merge"}
-    shapes = _parse_shapes(args.shapes)
     results = [Path(r) for r in args.results] if args.results else None
     out = Path(args.output)
     previous = json.loads(out.read_text()) if out.exists() else {}
@@ -410,15 +427,10 @@ def cmd_select(args: argparse.Namespace) -> int:
             continue  # one set of tiled params (a `build --shifted` run): nothing was compared
         current = tabled.get((pass_, dtype, key_dim, num_heads))
         tabled_sources = {s for s in per_source if by_source[s].schedule_params == current}
-        # --min-mb: only the shapes this configuration moves enough bytes at count
-        config_shapes = tuple(s for s in shapes
-                              if moved_mb(s, dtype, key_dim, num_heads) >= args.min_mb)
-        if (found := _best_beating(per_source, config_shapes, tabled_sources, args.min_gain,
-                                   args.objective)) is None:
+        if (found := _choose(per_source, (dtype, key_dim, num_heads), shapes, tabled_sources,
+                             args.min_gain, args.objective, args.min_mb)) is None:
             continue
-        best, _, tuned_on, compared = found
-        # the table's fraction is the geometric mean whatever decided (the worst is in tuned_on)
-        fraction = _score([t["fraction_of_copy"] for t in tuned_on], "geomean")
+        best, fraction, tuned_on, compared = found
         entries.append({"pass": pass_, "dtype": dtype, "key_dim": key_dim,
                         "num_heads": num_heads, "schedule": by_source[best].schedule,
                         "params": by_source[best].schedule_params,
@@ -426,7 +438,6 @@ def cmd_select(args: argparse.Namespace) -> int:
                         **({"objective": args.objective} if args.objective != "geomean"
                            else {}),
                         "tuned_on": tuned_on})
-    shifted_shapes = _parse_shapes(args.shifted_shapes, SHIFTED_TUNE_SHAPES)
     shifted_entries = _select_shifted(root, by_source, results, shifted_shapes, args.objective,
                                       args.min_mb)
     previous = previous if args.update else {}
@@ -477,14 +488,10 @@ def _select_shifted(root: Path, by_source: dict, results: list[Path] | None = No
         default = params_as_dict(default_params(OpConfig(key_dim, num_heads, dtype)))
         defaults = {s for s in per_source if all(
             by_source[s].shifted_params[k] == default[k] for k in PASS_FIELDS[pass_])}
-        config_shapes = tuple(s for s in shapes
-                              if moved_mb(s, dtype, key_dim, num_heads) >= min_mb)
-        if (found := _best_beating(per_source, config_shapes, defaults, SHIFTED_MIN_GAIN,
-                                   objective)) is None:
+        if (found := _choose(per_source, (dtype, key_dim, num_heads), shapes, defaults,
+                             SHIFTED_MIN_GAIN, objective, min_mb)) is None:
             continue
-        best, _, tuned_on, compared = found
-        # the geometric mean whatever decided, as for the tiled entries
-        fraction = _score([t["fraction_of_copy"] for t in tuned_on], "geomean")
+        best, fraction, tuned_on, compared = found
         entry = chosen.setdefault((dtype, key_dim, num_heads), {
             "dtype": dtype, "key_dim": key_dim, "num_heads": num_heads, "params": {},
             "fraction_of_copy": {}, "candidates": {},
