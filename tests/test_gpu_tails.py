@@ -15,6 +15,7 @@ import torch
 from psa_tvm import reference
 from psa_tvm.config import OpConfig
 from psa_tvm.runtime.manifest import Manifest
+from psa_tvm.runtime.tuned import tuned_shifted_entry
 from tests.helpers import DTYPES, bitwise_equal, inputs, poisoned
 from tests.test_gpu import runtime_op
 
@@ -150,6 +151,35 @@ def test_rectangular_and_odd_grids(gpu_artifacts, config):
                     batch * config.channels * n >= 1 << 21)
                 assert kernel.vec_kd == full and kernel.shifted == shifted, kernel.entry
                 assert shifted or kernel.vec == vec, kernel.entry
+
+
+# The configurations whose shipped table splits the shifted backward by call size.
+SPLIT_CONFIGS = [c for c in (OpConfig(32, nh, d) for nh in (2, 4, 6) for d in DTYPES)
+                 if ((entry := tuned_shifted_entry("sm_90", c)) is not None
+                     and entry["params"].get("bwd_small_below"))]
+
+
+@pytest.mark.parametrize("config", SPLIT_CONFIGS, ids=lambda c: c.tag)
+def test_split_shifted_backward_on_both_sides_of_its_size(gpu_artifacts, config):
+    """A split backward (compiler/shifted.py ``bwd_small_below``): the small-tile kernel from
+    2**21 merged elements to just under the size, the main one from it on, at odd N, N % 8 == 0
+    and a thin map; bit-exact with canaries on both sides."""
+    op = runtime_op(str(gpu_artifacts), config.key_dim, config.num_heads, config.dtype, "tiled")
+    below = tuned_shifted_entry("sm_90", config)["params"]["bwd_small_below"]
+    ran = set()
+    for height, width in ((37, 29), (40, 40), (40, 23), (25, 25), (1, 33)):
+        per_batch = config.channels * height * width
+        first_main = -(-below // per_batch)
+        for batch in {-(-(1 << 21) // per_batch), first_main - 1, first_main, first_main + 1}:
+            numel = batch * per_batch
+            if numel < 1 << 21:
+                continue
+            kernel = check_backward(op, config, batch, height, width, seed=batch)
+            small = kernel.entry.endswith("small_i32_kernel")
+            assert kernel.shifted and small == (numel < below), (height, width, batch,
+                                                                 kernel.entry)
+            ran.add(small)
+    assert ran == {True, False}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -74,6 +74,8 @@ def test_kernel_symbols_name_vec_kd_only_where_it_differs():
     assert kernel_symbol("backward", "tiled", 2, "int64", 4) == "psa_merge_bwd_tiled_v2k4_i64"
     assert kernel_symbol("forward", "tiled", 1, "int32", 8, shifted=True) \
         == "psa_merge_fwd_tiled_s8_i32"
+    assert kernel_symbol("backward", "tiled", 1, "int32", 8, shifted=True, small=True) \
+        == "psa_merge_bwd_tiled_s8small_i32"
 
 
 # ----------------------------------------------------------------------- generated CUDA
@@ -234,6 +236,70 @@ def test_tails_keep_16_byte_kd_accesses(tail_manifest):
         # 8-byte-aligned data: 8-byte accesses on both sides where N allows.
         kernel = choose_kernel(build, "forward", 300, "int32", 8)
         assert (kernel.vec_kd, kernel.vec) == ((4, 4) if build.config.itemsize == 2 else (2, 2))
+
+
+def test_split_shifted_backward_runs_its_small_kernel_below_the_size(tmp_path):
+    """A build with ``bwd_small_below``: a second shifted backward (its own symbol, tile and
+    threads) runs from 2**21 merged elements up to that size, the main one from it on, both
+    for odd N and (second records) N % 8 == 0; the forward and the plain kernels are
+    unchanged. The native library chooses the same kernels as runtime/plan.py."""
+    import shutil
+    from dataclasses import replace
+
+    import torch
+
+    from psa_tvm.compiler import shifted
+    from psa_tvm.runtime import native as native_rt
+
+    config = OpConfig(16, 2, "float16")  # merged elements: 64 * B * N
+    base = shifted.default_params(config)
+    small = replace(base, bwd_tile_n=56, bwd_threads=128)
+    below = 1 << 22
+    params = shifted.split_backward(base, small, below)
+    assert shifted.small_backward(params) == small and shifted.small_backward(base) is None
+    assert shifted.fits(config, params) is None
+    assert "bwd_small_below" in shifted.fits(config, replace(params, bwd_small_below=1 << 21))
+    assert "small-call backward" in shifted.fits(config, replace(params, bwd_small_tile_n=60))
+    request = BuildRequest(config, "tiled", shifted_params=params)
+    assert request.stem != BuildRequest(config, "tiled").stem
+    build_artifacts([request], tmp_path, ["sm_90"])
+    (build,) = Manifest.load(tmp_path).builds
+    records = sorted((k.entry, k.vec, k.rank, k.min_numel) for k in build.kernels if k.shifted)
+    main_bwd, small_bwd = "psa_merge_bwd_tiled_s8_i32_kernel", \
+        "psa_merge_bwd_tiled_s8small_i32_kernel"
+    assert records == sorted([("psa_merge_fwd_tiled_s8_i32_kernel", 1, 7, 1 << 21),
+                              (main_bwd, 1, 7, below), (main_bwd, 8, 17, below),
+                              (small_bwd, 1, 7, 1 << 21), (small_bwd, 8, 17, 1 << 21)])
+    blocks = {k.entry: k.launch_dims(k.bind_symbols({"g": (64, 2, 2, 16, 1073),
+                                                    "dlo": (128, 1073, 16),
+                                                    "dhi": (128, 1073, 16)}))
+              for k in build.kernels if k.shifted and k.pass_ == "backward"}
+    assert blocks[small_bwd][1][0] == 128 and blocks[main_bwd][1][0] == 256
+    # more CTAs for the same call: 56 positions each instead of 248
+    assert blocks[small_bwd][0][0] * blocks[small_bwd][0][1] >= \
+        4 * blocks[main_bwd][0][0] * blocks[main_bwd][0][1]
+    cases = {1073: ((8, None), (40, small_bwd), (61, small_bwd), (62, main_bwd), (64, main_bwd)),
+             1600: ((8, None), (24, small_bwd), (40, small_bwd), (41, main_bwd), (64, main_bwd))}
+    for n, by_batch in cases.items():
+        for batch, entry in by_batch:
+            numel = 64 * batch * n
+            kernel = choose_kernel(build, "backward", n, "int32", 16, numel)
+            assert (kernel.entry if kernel.shifted else None) == entry, (n, batch, kernel.entry)
+            assert choose_kernel(build, "forward", n, "int32", 16, numel).shifted == (
+                n == 1073 and numel >= 1 << 21)
+    assert choose_kernel(build, "backward", 1073, "int32", 16).entry == main_bwd  # any size
+
+    if shutil.which("g++") is None or (lib := native_rt.load(tmp_path)) is None:
+        pytest.skip("no native library (g++)")
+    from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
+
+    op = PsaMergeAttnRuntimeOp(16, 2, "float16", artifacts=tmp_path, arch="sm_90")
+    for batch, n in ((8, 1073), (40, 1073), (64, 1073), (40, 1600), (64, 1600)):
+        g = torch.empty(batch, 64, n, 1, dtype=torch.float16)
+        d_lo, d_hi = (torch.empty(batch * 2, n, 16, dtype=torch.float16) for _ in range(2))
+        plan = op.plan_backward(g, [d_lo, d_hi])
+        entry, grid, block, *_ = lib.plan_backward(g, d_lo, d_hi, "sm_90")
+        assert (entry, tuple(grid), tuple(block)) == (plan.kernel.entry, plan.grid, plan.block)
 
 
 # ----------------------------------------------------------------------- CPU

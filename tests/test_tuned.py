@@ -17,7 +17,13 @@ from psa_tvm.compiler.rules.base import params_as_dict
 from psa_tvm.config import OpConfig
 from psa_tvm.runtime.manifest import Manifest
 from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
-from psa_tvm.runtime.tuned import load_table, shipped_table_path, table_paths, tuned_entry
+from psa_tvm.runtime.tuned import (
+    load_table,
+    shipped_table_path,
+    table_paths,
+    tuned_entry,
+    tuned_shifted_entry,
+)
 
 ARCH = "sm_90"
 
@@ -119,18 +125,24 @@ def test_builds_take_the_tuned_shifted_params(tmp_path, monkeypatch):
                 "--schedule", "tiled", "--arch", ARCH, "-o", str(out), "-q"]) == 0
     raw = json.loads((out / "manifest.json").read_text())
     tiled = [b for b in raw["builds"] if b["schedule"] == "tiled"]
-    assert tiled and all(b["shifted_params"] == asdict(tuned) for b in tiled)
+    assert tiled and all(b["shifted_params"] == shifted.as_record(tuned) for b in tiled)
     # The run time takes the build with the table's shifted params, where a directory also
     # holds one with the same tiled params and other shifted params (built before the table).
     op = PsaMergeAttnRuntimeOp(16, 2, "float16", artifacts=out, arch=ARCH)
-    assert all(b.shifted_params == asdict(tuned) for b in op.builds.values())
+    assert all(b.shifted_params == shifted.as_record(tuned) for b in op.builds.values())
     manifest = Manifest.load(out)
     chosen = op.builds["forward"]
-    older = dataclasses.replace(chosen, shifted_params=asdict(shifted.default_params(config)))
+    older = dataclasses.replace(
+        chosen, shifted_params=shifted.as_record(shifted.default_params(config)))
     doubled = dataclasses.replace(manifest, builds=(older, *manifest.builds))
     assert doubled.find(config, "tiled", chosen.schedule_params) is older
     assert doubled.find(config, "tiled", chosen.schedule_params,
-                        shifted_params=asdict(tuned)) is chosen
+                        shifted_params=shifted.as_record(tuned)) is chosen
+    # A table written with every field (the split's unset) names the same builds as one
+    # without the split's fields; a split keeps them.
+    assert tuned_shifted_entry(ARCH, config)["params"] == shifted.as_record(tuned)
+    split = shifted.split_backward(tuned, shifted.default_params(config), 1 << 22)
+    assert shifted.as_record(split) == asdict(split)
     # Non-default shifted params have their own stem: they never overwrite a default build.
     assert BuildRequest(config, shifted_params=tuned).stem != BuildRequest(config).stem
     assert BuildRequest(config, shifted_params=shifted.default_params(config)).stem == (

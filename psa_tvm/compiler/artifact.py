@@ -103,7 +103,7 @@ class BuildRequest:
         described = params_as_dict(self.resolved_params())
         if self.shifted_params not in (None, shifted.default_params(self.config)):
             # Only non-default shifted params enter the digest: older stems stay as they were.
-            described["shifted"] = params_as_dict(self.shifted_params)
+            described["shifted"] = shifted.as_record(self.shifted_params)
         if own := self.own_pass_params():  # likewise: only builds with per-pass sets change
             described["passes"] = own
         blob = json.dumps(described, sort_keys=True)
@@ -121,6 +121,7 @@ class Variant:
     index_dtype: str
     vec_kd: int  # width on the side contiguous along kd (aligned whatever N is)
     shifted: bool = False  # 16-byte N-side vectors for any N (psa_tvm/compiler/shifted.py)
+    min_numel: int = 0  # runs only for calls of at least this many merged elements
 
 
 def _halvings(width: int) -> list[int]:
@@ -183,11 +184,21 @@ def _shifted_variants(request: BuildRequest, full_vec: int) -> dict[str, tuple[V
             raise ValueError(f"shifted_params {params} cannot build {request.config.tag}: {why}")
         return {}
     funcs = {}
+    small = shifted.small_backward(params)
     for pass_ in ("forward", "backward"):
         symbol = kernel_symbol(pass_, request.schedule, 1, "int32", full_vec, op=request.op,
                                shifted=True)
-        funcs[symbol] = (Variant(pass_, 1, "int32", full_vec, shifted=True),
+        # With a split backward the main one runs from bwd_small_below up, the small one below.
+        min_numel = (params.bwd_small_below if small is not None and pass_ == "backward"
+                     else shifted.MIN_NUMEL)
+        funcs[symbol] = (Variant(pass_, 1, "int32", full_vec, shifted=True, min_numel=min_numel),
                          shifted.shifted_pass(request.config, pass_, params, symbol))
+    if small is not None:
+        symbol = kernel_symbol("backward", request.schedule, 1, "int32", full_vec,
+                               op=request.op, shifted=True, small=True)
+        funcs[symbol] = (Variant("backward", 1, "int32", full_vec, shifted=True,
+                                 min_numel=shifted.MIN_NUMEL),
+                         shifted.shifted_pass(request.config, "backward", small, symbol))
     return funcs
 
 
@@ -216,7 +227,7 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
     for symbol, contract in lowered.kernels.items():
         variant = scheduled[symbol][0]
         ranked = {"shifted": True, "rank": shifted.rank(request.config),
-                  "min_numel": shifted.MIN_NUMEL} if variant.shifted else {}
+                  "min_numel": variant.min_numel} if variant.shifted else {}
         kernels.append({"pass": variant.pass_, "vec": variant.vec, "vec_kd": variant.vec_kd,
                         "index_dtype": variant.index_dtype, **ranked, **contract,
                         "resources": compiled.resources.get(contract["entry"], {})})
@@ -224,7 +235,7 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
         if aligned is not None:  # the same kernel, ahead of the plain one where N % vec == 0
             kernels.append({**kernels[-1], "vec": variant.vec_kd, "rank": aligned})
     folder = Path(request.stem).parent
-    shifted_params = ({"shifted_params": params_as_dict(request.resolved_shifted_params())}
+    shifted_params = ({"shifted_params": shifted.as_record(request.resolved_shifted_params())}
                       if any(scheduled[symbol][0].shifted for symbol in lowered.kernels) else {})
     return {
         "key_dim": request.config.key_dim,

@@ -321,10 +321,12 @@ def generate_source(root: Path, manifest: dict, cpu_objects: dict[OpConfig, dict
             try:
                 roles = None if op == "merge" else _stream_roles(build)
                 # plan.py's order: widest vec_kd, then rank (2*vec; a shifted kernel's below
-                # an 8-byte N side), so ChooseKernel takes the first that fits.
+                # an 8-byte N side), then the larger min_numel (a split shifted backward's
+                # main kernel before its small-call one), so ChooseKernel takes the first
+                # that fits.
                 kernels = sorted(build["kernels"], key=lambda k: (
                     k["pass"], k["index_dtype"], -int(k.get("vec_kd", k["vec"])),
-                    -int(k.get("rank", 2 * k["vec"]))))
+                    -int(k.get("rank", 2 * k["vec"])), -int(k.get("min_numel", 0))))
                 records = [_kernel_record(k, i, len(builds), roles)
                            for i, k in enumerate(kernels)]
             except (KeyError, ValueError) as err:

@@ -24,19 +24,23 @@ reaches it. Each pass is a variant of a tiled merge build (:mod:`psa_tvm.compile
 ``vec = 1`` (any ``N``), ``vec_kd`` the full width, ``int32`` indexing, a launch rank between
 an 8-byte and a 4-byte N side and a minimum call size (:data:`MIN_NUMEL`; ``runtime/plan.py``):
 measured on the H200 (docs/perf.md v13), they beat the narrow variants from that size on and
-lose to the 8- and 16-byte ones.
+lose to the 8- and 16-byte ones. A build may split the backward by call size
+(``ShiftedParams.bwd_small_below``): a second kernel of the same TensorIR with small tiles runs
+from that minimum size up to the split, where the main one's large CTAs would leave SMs idle
+(docs/perf.md v20).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from tvm.script import tirx as T
 from tvm.tirx import PrimFunc
 
 from psa_tvm.compiler.compute import parses_tvmscript
 from psa_tvm.config import OpConfig
+from psa_tvm.runtime.tuned import shifted_record
 
 #: The shifted kernels run from this many merged elements up. Their CTAs are 2-4x larger than
 #: the tiled ones', which below it leaves most SMs idle: on the H200, float16 37x29 (N=1073)
@@ -68,11 +72,53 @@ class ShiftedParams:
     """Backward threads."""
     bwd_row_threads: int = 4
     """Backward threads per position on the kd side."""
+    bwd_small_below: int = 0
+    """Merged elements below which a second backward, shaped by the ``bwd_small_*`` fields,
+    runs instead (from :data:`MIN_NUMEL` up); 0: no second backward. Small tiles give small
+    calls enough CTAs to fill the GPU but read a larger share of halo, so they lose at large
+    calls (docs/perf.md v19-v20)."""
+    bwd_small_tile_n: int = 56
+    """The small-call backward's positions per CTA."""
+    bwd_small_threads: int = 128
+    """The small-call backward's threads."""
+    bwd_small_row_threads: int = 4
+    """The small-call backward's threads per position on the kd side."""
 
 
-#: The fields of :class:`ShiftedParams` that shape each pass's kernel (tuned separately).
+#: The fields of the second (small-call) backward; a tuned split sets them with
+#: ``bwd_small_below`` (``psa-tvm tune select --split-backward``).
+SMALL_BACKWARD_FIELDS = ("bwd_small_below", "bwd_small_tile_n", "bwd_small_threads",
+                         "bwd_small_row_threads")
+#: The fields of :class:`ShiftedParams` that shape each pass's kernels (tuned separately).
 PASS_FIELDS = {"forward": ("fwd_threads", "fwd_row_threads", "fwd_positions", "grain"),
-               "backward": ("bwd_tile_n", "bwd_threads", "bwd_row_threads")}
+               "backward": ("bwd_tile_n", "bwd_threads", "bwd_row_threads",
+                            *SMALL_BACKWARD_FIELDS)}
+
+
+def as_record(params: ShiftedParams) -> dict[str, int]:
+    """``params`` as manifests, tuned tables and build stems store them: the split fields only
+    where there is a split, so that records from before the split stay equal to today's."""
+    return shifted_record({f.name: getattr(params, f.name) for f in fields(ShiftedParams)})
+
+
+def small_backward(params: ShiftedParams) -> ShiftedParams | None:
+    """``params`` with the backward fields of the small-call kernel in place of the main
+    ones (the kernel is the same TensorIR), or ``None`` if there is no split."""
+    if not params.bwd_small_below:
+        return None
+    unsplit = {f.name: f.default for f in fields(ShiftedParams)
+               if f.name in SMALL_BACKWARD_FIELDS}
+    return replace(params, bwd_tile_n=params.bwd_small_tile_n,
+                   bwd_threads=params.bwd_small_threads,
+                   bwd_row_threads=params.bwd_small_row_threads, **unsplit)
+
+
+def split_backward(params: ShiftedParams, small: ShiftedParams, below: int) -> ShiftedParams:
+    """``params`` with a second backward shaped like ``small``'s for calls below ``below``
+    merged elements."""
+    return replace(params, bwd_small_below=below, bwd_small_tile_n=small.bwd_tile_n,
+                   bwd_small_threads=small.bwd_threads,
+                   bwd_small_row_threads=small.bwd_row_threads)
 
 
 def default_params(config: OpConfig) -> ShiftedParams:
@@ -149,6 +195,10 @@ def fits(config: OpConfig, params: ShiftedParams) -> str | None:
     for pass_ in ("forward", "backward"):
         if shared_bytes(config, params, pass_) > _STATIC_SMEM_BYTES:
             return f"{pass_}: more than 48 KB of shared memory"
+    if params.bwd_small_below < 0 or 0 < params.bwd_small_below <= MIN_NUMEL:
+        return f"bwd_small_below {params.bwd_small_below}: 0 or more than {MIN_NUMEL}"
+    if (small := small_backward(params)) is not None and (why := fits(config, small)):
+        return f"small-call backward: {why}"
     return None
 
 

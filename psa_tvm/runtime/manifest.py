@@ -40,17 +40,19 @@ _FUNCS = {"min": min, "max": max, "Div": _truncdiv, "truncdiv": _truncdiv,
 
 
 def kernel_symbol(pass_: str, schedule: str, vec: int, index_dtype: str,
-                  vec_kd: int | None = None, op: str = "merge", shifted: bool = False) -> str:
+                  vec_kd: int | None = None, op: str = "merge", shifted: bool = False,
+                  small: bool = False) -> str:
     """Global symbol of one kernel variant; TVM appends ``_kernel`` for the device entry.
 
     ``vec`` is the width along N, ``vec_kd`` the width along kd, named only where it differs
     (``psa_merge_fwd_tiled_v2k8_i32``), so symbols of equal widths read as before. ``op`` is the
     op of the layout family (``merge``, or a pack/stream op of psa_tvm/layouts.py). A shifted
-    kernel (16-byte N-side vectors for any N, psa_tvm/compiler/shifted.py) is ``s{vec_kd}``.
+    kernel (16-byte N-side vectors for any N, psa_tvm/compiler/shifted.py) is ``s{vec_kd}``,
+    and the second, small-call shifted backward of a split build ``s{vec_kd}small``.
     """
     short = {"forward": "fwd", "backward": "bwd"}[pass_]
     widths = f"v{vec}" if vec_kd in (None, vec) else f"v{vec}k{vec_kd}"
-    widths = f"s{vec_kd}" if shifted else widths
+    widths = f"s{vec_kd}{'small' if small else ''}" if shifted else widths
     return f"psa_{op}_{short}_{schedule}_{widths}_{'i64' if index_dtype == 'int64' else 'i32'}"
 
 
@@ -127,7 +129,9 @@ class KernelSpec:
     orders kernels of equal ``vec_kd`` at launch: ``2 * vec``, except a shifted kernel (any
     ``N``, 16-byte N-side vectors), which the manifest ranks between an 8- and a 4-byte N side.
     A kernel may have two records (a 16-bit shifted backward: also ``vec`` 8 with a rank above
-    the plain 16-byte kernel's), one per place in that order.
+    the plain 16-byte kernel's), one per place in that order. Among kernels of equal rank the
+    one with the larger ``min_numel`` comes first where a call reaches it (a split shifted
+    backward: the main kernel for large calls, the small-tile one below).
     """
 
     pass_: str

@@ -64,8 +64,9 @@ def choose_kernel(build: BuildSpec, pass_: str, n: int, index_dtype: str,
     """The variant that runs: among the pass's kernels of ``index_dtype``, those whose ``vec``
     divides ``N``, whose widest access the pointers' alignment allows and whose ``min_numel``
     the call's merged elements reach (``numel=None``: any size); the one maximising
-    ``(vec_kd, rank)`` (``rank`` is ``2 * vec``, a shifted kernel's sits between an 8- and a
-    4-byte N side)."""
+    ``(vec_kd, rank, min_numel)`` (``rank`` is ``2 * vec``, a shifted kernel's sits between an
+    8- and a 4-byte N side; of two kernels at one rank, the one made for larger calls wins
+    where the call is large enough for it)."""
     itemsize = build.config.itemsize
     best = None
     for kernel in build.kernels:
@@ -75,7 +76,8 @@ def choose_kernel(build: BuildSpec, pass_: str, n: int, index_dtype: str,
             continue
         if alignment_bytes % (kernel.alignment_elements * itemsize):
             continue
-        if best is None or (kernel.vec_kd, kernel.rank) > (best.vec_kd, best.rank):
+        if best is None or (kernel.vec_kd, kernel.rank, kernel.min_numel) > (
+                best.vec_kd, best.rank, best.min_numel):
             best = kernel
     if best is None:
         raise ArtifactNotFoundError(

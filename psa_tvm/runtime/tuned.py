@@ -74,12 +74,22 @@ def tuned_entry(arch: str, pass_: str, config: OpConfig) -> dict | None:
     return None
 
 
+def shifted_record(params: dict[str, int]) -> dict[str, int]:
+    """Shifted params as manifests record them (compiler/shifted.py's ``as_record``): the
+    split backward's ``bwd_small_*`` fields only where there is a split (``bwd_small_below``),
+    so a table or manifest from before the split compares equal to today's."""
+    if params.get("bwd_small_below"):
+        return dict(params)
+    return {k: v for k, v in params.items() if not k.startswith("bwd_small_")}
+
+
 def tuned_shifted_entry(arch: str, config: OpConfig) -> dict | None:
     """The tuned ``{"params", ...}`` of the shifted kernels of ``config``'s tiled merge builds
-    (compiler/shifted.py's ``ShiftedParams``, both passes); ``None`` means their defaults."""
+    (compiler/shifted.py's ``ShiftedParams``, both passes, as :func:`shifted_record`);
+    ``None`` means their defaults."""
     key = (config.dtype, config.key_dim, config.num_heads)
     for path in table_paths(arch):
         for entry in load_shifted(path, arch):
             if (entry["dtype"], entry["key_dim"], entry["num_heads"]) == key:
-                return entry
+                return {**entry, "params": shifted_record(entry["params"])}
     return None

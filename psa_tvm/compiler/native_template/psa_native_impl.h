@@ -12,7 +12,7 @@
 //   tensor's data pointer aligned to max(vec, vec_kd) * itemsize (the pointers' common
 //   alignment counted up to 16 bytes, as runtime/plan.py does) and numel >= min_numel; the
 //   widest (vec_kd, rank) wins (rank: 2*vec; a shifted kernel, any N, ranks just below an
-//   8-byte N side);
+//   8-byte N side), at equal rank the larger min_numel (a split shifted backward);
 // * grid x <= 2**31-1, y, z <= 65535; numel == 0: nothing to launch;
 // * CUDA launches go to TVMFFIEnvGetStream(kDLCUDA, device) (torch's current stream when called
 //   from Python with torch tensors) on the tensors' device.
@@ -454,7 +454,7 @@ inline uintptr_t CommonAlignment(const uintptr_t* ptrs, const bool* present, int
 // runtime/plan.py's choose_kernel: among the build's kernels of the pass and index dtype
 // (int32 while `numel` plus a tail tile's overrun fits), those whose `vec` divides N, whose
 // widest access the alignment allows and whose `min_numel` the call reaches; the widest
-// (vec_kd, rank) wins (the table is sorted so).
+// (vec_kd, rank, min_numel) wins (the table is sorted so).
 inline Plan ChooseKernel(const Build& build, int pass, int64_t n, int64_t numel,
                          uintptr_t alignment, int64_t itemsize) {
   const int index64 = numel + kInt32Margin <= kInt32Max ? 0 : 1;
