@@ -164,7 +164,7 @@ def _shifted_pair(tmp_path):
     """Two shifted candidates of one tiled build: one with a faster forward set, one with a
     faster backward set (their fields differ from the defaults); their sources by name."""
     import json
-    from dataclasses import asdict, replace
+    from dataclasses import replace
 
     from psa_tvm.compiler import shifted
     from psa_tvm.tools import tune
@@ -180,7 +180,7 @@ def _shifted_pair(tmp_path):
     assert len(manifest.builds) == 2
     by_fields = {json.dumps(b.shifted_params, sort_keys=True): str(b.source.relative_to(tmp_path))
                  for b in manifest.builds}
-    source = {name: by_fields[json.dumps(asdict(p), sort_keys=True)]
+    source = {name: by_fields[json.dumps(shifted.as_record(p), sort_keys=True)]
               for name, p in (("fwd", fast_fwd), ("bwd", fast_bwd))}
     return base, fast_fwd, fast_bwd, source
 
@@ -190,7 +190,7 @@ def test_tune_select_tunes_shifted_params_per_pass(tmp_path):
     whose shifted forward was fastest, the backward fields from the backward's; timings where a
     plain kernel ran are left out, and no tiled entry is written (one set of tiled params)."""
     import json
-    from dataclasses import asdict
+    from dataclasses import replace
 
     from psa_tvm.compiler import shifted
     from psa_tvm.tools import tune
@@ -216,7 +216,7 @@ def test_tune_select_tunes_shifted_params_per_pass(tmp_path):
     assert (entry["dtype"], entry["key_dim"], entry["num_heads"]) == ("float16", 16, 2)
     want = {**{k: getattr(fast_fwd, k) for k in shifted.PASS_FIELDS["forward"]},
             **{k: getattr(fast_bwd, k) for k in shifted.PASS_FIELDS["backward"]}}
-    assert entry["params"] == want
+    assert entry["params"] == shifted.as_record(replace(base, **want))
     assert entry["fraction_of_copy"] == {"forward": 0.9, "backward": 0.9}
     assert [t["shape"] for t in entry["tuned_on"]["backward"]] == [
         list(s) for s in tune.SHIFTED_TUNE_SHAPES]
@@ -228,7 +228,7 @@ def test_tune_select_tunes_shifted_params_per_pass(tmp_path):
     (tmp_path / tune.RESULTS).write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     assert tune.main(["select", "--artifacts", str(tmp_path), "-o", str(out)]) == 0
     (entry,) = json.loads(out.read_text())["shifted"]
-    assert entry["params"] == asdict(base)
+    assert entry["params"] == shifted.as_record(base)
 
 
 def test_tune_select_scores_shifted_params_on_given_shapes_by_the_worst(tmp_path):
@@ -257,7 +257,8 @@ def test_tune_select_scores_shifted_params_on_given_shapes_by_the_worst(tmp_path
     def backward_fields(*extra: str) -> dict:
         assert tune.main(["select", "--artifacts", str(tmp_path), "-o", str(out), *extra]) == 0
         (entry,) = json.loads(out.read_text())["shifted"]
-        return entry, {k: entry["params"][k] for k in shifted.PASS_FIELDS["backward"]}
+        params = shifted.ShiftedParams(**entry["params"])
+        return entry, {k: getattr(params, k) for k in shifted.PASS_FIELDS["backward"]}
 
     defaults = {k: getattr(base, k) for k in shifted.PASS_FIELDS["backward"]}
     fast = {k: getattr(fast_bwd, k) for k in shifted.PASS_FIELDS["backward"]}
@@ -273,6 +274,69 @@ def test_tune_select_scores_shifted_params_on_given_shapes_by_the_worst(tmp_path
     # without --min-mb the small shape decides: "fwd" 1.25x against "bwd" 1.2x
     assert backward_fields("--shifted-shapes", shapes, "--objective", "worst")[1] == fast
     assert asdict(base) != asdict(fast_bwd)
+
+
+def test_tune_select_splits_the_shifted_backward_by_call_size(tmp_path, monkeypatch):
+    """`--split-backward`: one candidate's backward is fastest on the smallest shape, the
+    other's on the larger ones; the entry keeps the second as the main backward and the first
+    as the small-call one, below the geometric mean of the sizes either side of the cut. A
+    split that gains less than SHIFTED_MIN_GAIN over the best single set is not taken, nor
+    is one without the flag."""
+    import json
+    import math
+    from dataclasses import asdict, replace
+
+    from psa_tvm.compiler import shifted
+    from psa_tvm.tools import tune
+
+    base, _, fast_bwd, source = _shifted_pair(tmp_path)
+    # kd=16, nh=2: 64 * B * H * W merged elements; all three from 2**21 up (shifted runs)
+    small_shape, shapes = (64, 25, 25), ((64, 25, 25), (64, 40, 23), (64, 37, 29))
+    numel = {s: 64 * s[0] * s[1] * s[2] for s in shapes}
+    assert min(numel.values()) >= shifted.MIN_NUMEL
+
+    def write(small_gain: float) -> None:
+        # "bwd" (120-position tiles) wins at the small shape, "fwd" (the defaults) elsewhere
+        us = {("bwd", s): 10.0 if s == small_shape else 11.0 for s in shapes}
+        us.update({("fwd", s): 10.0 * (1 + small_gain) if s == small_shape else 10.0
+                   for s in shapes})
+        lines = [{"source": source[name], "pass": "backward", "shape": list(shape), "us": t,
+                  "copy_us": 10.0, "variant": [8, 1], "shifted": True}
+                 for (name, shape), t in us.items()]
+        (tmp_path / tune.RESULTS).write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+
+    out = tmp_path / "table.json"
+    spec = ";".join(",".join(map(str, s)) for s in shapes)
+
+    def select(*extra: str) -> dict:
+        assert tune.main(["select", "--artifacts", str(tmp_path), "-o", str(out),
+                          "--shifted-shapes", spec, "--objective", "worst", *extra]) == 0
+        (entry,) = json.loads(out.read_text())["shifted"]
+        return entry
+
+    # The forward was not timed: its fields stay what the table says builds take now.
+    table_dir = tmp_path / "schedules"
+    table_dir.mkdir()
+    tabled = replace(base, fwd_positions=1)
+    (table_dir / "sm_90.json").write_text(json.dumps({"arch": "sm_90", "entries": [], "shifted": [
+        {"dtype": "float16", "key_dim": 16, "num_heads": 2, "params": asdict(tabled)}]}))
+    monkeypatch.setenv("PSA_TVM_SCHEDULES", str(table_dir))
+    write(0.2)
+    entry = select("--split-backward")
+    params = shifted.ShiftedParams(**entry["params"])
+    below = math.isqrt(numel[(64, 25, 25)] * numel[(64, 40, 23)])
+    assert params == shifted.split_backward(tabled, fast_bwd, below)
+    assert (params.bwd_tile_n, params.bwd_small_tile_n, params.bwd_small_threads) == (
+        base.bwd_tile_n, fast_bwd.bwd_tile_n, fast_bwd.bwd_threads)
+    assert [(t["shape"], t["kernel"], t["fraction_of_copy"])
+            for t in entry["tuned_on"]["backward"]] == [
+        ([64, 25, 25], "small", 1.0), ([64, 40, 23], "main", 1.0), ([64, 37, 29], "main", 1.0)]
+    assert entry["fraction_of_copy"]["backward"] == 1.0
+    # without the flag: the best single set by the worst shape ("bwd": 1/1.1 against 1/1.2)
+    assert shifted.ShiftedParams(**select()["params"]).bwd_small_below == 0
+    # a split within the noise of the best single set is not taken
+    write(0.005)
+    assert shifted.ShiftedParams(**select("--split-backward")["params"]) == tabled
 
 
 def test_shifted_candidates_are_valid_and_start_with_the_defaults():

@@ -439,7 +439,7 @@ def cmd_select(args: argparse.Namespace) -> int:
                            else {}),
                         "tuned_on": tuned_on})
     shifted_entries = _select_shifted(root, by_source, results, shifted_shapes, args.objective,
-                                      args.min_mb)
+                                      args.min_mb, args.split_backward, args.arch)
     previous = previous if args.update else {}
     # --update keeps what earlier runs tuned for other configurations (and passes).
     fresh = {_entry_key(e) for e in entries}
@@ -467,14 +467,24 @@ def cmd_select(args: argparse.Namespace) -> int:
 
 def _select_shifted(root: Path, by_source: dict, results: list[Path] | None = None,
                     shapes: tuple = SHIFTED_TUNE_SHAPES, objective: str = "geomean",
-                    min_mb: float = 0.0) -> list[dict]:
+                    min_mb: float = 0.0, split_backward: bool = False,
+                    arch: str = DEFAULT_ARCH) -> list[dict]:
     """Per configuration, the shifted params whose forward (backward) kernel was fastest where
     a shifted kernel ran, among candidates that differ in them (``build --shifted``), scored
     over ``shapes`` by ``objective`` (shapes under ``min_mb`` moved left out, as for the tiled
     params). The 16-bit backward also runs at ``N % 8 == 0`` above 2**21 elements, so the YOLO
-    squares belong in ``shapes`` for it."""
+    squares belong in ``shapes`` for it. With ``split_backward`` the backward may instead be a
+    pair, one candidate's kernel below a call size and another's from it on
+    (:func:`_split_backward`)."""
     from psa_tvm.compiler.rules.base import params_as_dict
-    from psa_tvm.compiler.shifted import PASS_FIELDS, ShiftedParams, default_params, fits
+    from psa_tvm.compiler.shifted import (
+        PASS_FIELDS,
+        ShiftedParams,
+        as_record,
+        default_params,
+        fits,
+        tuned_params,
+    )
 
     chosen: dict[tuple, dict] = {}
     for (pass_, dtype, key_dim, num_heads), per_source in sorted(
@@ -486,8 +496,13 @@ def _select_shifted(root: Path, by_source: dict, results: list[Path] | None = No
                 for s in per_source}) < 2:
             continue  # one set of shifted params (a tiled tuning run): nothing was compared
         default = params_as_dict(default_params(OpConfig(key_dim, num_heads, dtype)))
+
+        def fields_of(source: str, default: dict = default) -> dict:
+            # manifests from before the split backward lack its fields: they had none
+            return {**default, "bwd_small_below": 0, **by_source[source].shifted_params}
+
         defaults = {s for s in per_source if all(
-            by_source[s].shifted_params[k] == default[k] for k in PASS_FIELDS[pass_])}
+            fields_of(s)[k] == default[k] for k in PASS_FIELDS[pass_])}
         if (found := _choose(per_source, (dtype, key_dim, num_heads), shapes, defaults,
                              SHIFTED_MIN_GAIN, objective, min_mb)) is None:
             continue
@@ -496,26 +511,86 @@ def _select_shifted(root: Path, by_source: dict, results: list[Path] | None = No
             "dtype": dtype, "key_dim": key_dim, "num_heads": num_heads, "params": {},
             "fraction_of_copy": {}, "candidates": {},
             **({"objective": objective} if objective != "geomean" else {}), "tuned_on": {}})
-        fields = by_source[best].shifted_params
-        entry["params"].update({k: fields[k] for k in PASS_FIELDS[pass_]})
+        fields = {k: fields_of(best)[k] for k in PASS_FIELDS[pass_]}
+        if split_backward and pass_ == "backward" and (split := _split_backward(
+                per_source, fields_of, (dtype, key_dim, num_heads), shapes, objective,
+                min_mb, best)) is not None:
+            fields, fraction, tuned_on = split
+        entry["params"].update(fields)
         entry["fraction_of_copy"][pass_] = round(fraction, 4)
         entry["candidates"][pass_] = compared
         entry["tuned_on"][pass_] = tuned_on
     entries = []
     for (dtype, key_dim, num_heads), entry in chosen.items():
-        # A pass without timings keeps the defaults' fields.
-        base = default_params(OpConfig(key_dim, num_heads, dtype))
-        entry["params"] = {**params_as_dict(base), **entry["params"]}
+        # A pass without timings keeps what builds take now: the table's fields, or the
+        # defaults'.
         config = OpConfig(key_dim, num_heads, dtype)
-        if (why := fits(config, ShiftedParams(**entry["params"]))) is not None:
+        base = tuned_params(config, [arch]) or default_params(config)
+        params = ShiftedParams(**{**params_as_dict(base), **entry["params"]})
+        if (why := fits(config, params)) is not None:
             # The two passes' winners, each valid with the other pass's fields of its own
-            # build, need not fit together (shared memory): keep the defaults then.
+            # build, need not fit together (shared memory): keep what builds take now.
             print(f"shifted {config.tag}: the chosen passes do not fit together ({why}); "
-                  f"kept the defaults")
-            entry["params"] = params_as_dict(base)
+                  f"kept {base}")
+            params = base
             entry["kept_defaults"] = why  # the fractions above are the winners', not these
+        entry["params"] = as_record(params)  # as the builds' manifests record them
         entries.append(entry)
     return entries
+
+
+def _split_backward(per_source: dict, fields_of, config: tuple[str, int, int], shapes: tuple,
+                    objective: str, min_mb: float, single: str
+                    ) -> tuple[dict, float, list[dict]] | None:
+    """The best split of the shifted backward: candidate ``a``'s kernel for calls below a size,
+    candidate ``b``'s from it on, over every pair of unsplit candidates and every cut between
+    two of the ``shapes`` (by merged elements; the size is their geometric mean). Each kernel's
+    timings are its own candidate's at those shapes (the split build runs the same two kernels
+    there). ``None`` unless the pair beats the ``single`` pick by :data:`SHIFTED_MIN_GAIN` on
+    ``objective``, or is as good there and beats it by as much on the geometric mean (a worst
+    shape both share, say the smallest, must not hide what the split gains on the others);
+    else (backward fields, geometric mean, per-shape record with the kernel that runs each
+    shape)."""
+    from psa_tvm.compiler.rules.base import params_as_dict
+    from psa_tvm.compiler.shifted import PASS_FIELDS, ShiftedParams, fits, split_backward
+
+    dtype, key_dim, num_heads = config
+    op = OpConfig(key_dim, num_heads, dtype)
+    numel = {s: op.merged_bytes(*s) // op.itemsize
+             for s in shapes if moved_mb(s, *config) >= min_mb}
+    ordered = sorted((s for s in numel if all(s in v for v in per_source.values())),
+                     key=numel.__getitem__)
+    unsplit = [s for s in per_source if not fields_of(s)["bwd_small_below"]]
+    if len(ordered) < 2 or len(unsplit) < 2 or single not in per_source:
+        return None
+    single_fractions = [per_source[single][s][0] for s in ordered]
+    single_score = (_score(single_fractions, objective), _score(single_fractions, "geomean"))
+    best = None
+    for cut in range(1, len(ordered)):
+        lower, upper = numel[ordered[cut - 1]], numel[ordered[cut]]
+        if lower == upper:
+            continue  # one size on both sides: no cut by size separates them
+        for a, b in itertools.permutations(unsplit, 2):
+            fractions = ([per_source[a][s][0] for s in ordered[:cut]]
+                         + [per_source[b][s][0] for s in ordered[cut:]])
+            score = (_score(fractions, objective), _score(fractions, "geomean"))
+            if best is None or score > best[0]:
+                best = (score, cut, max(lower + 1, math.isqrt(lower * upper)), a, b)
+    if best is None or not (
+            best[0][0] >= single_score[0] * (1 + SHIFTED_MIN_GAIN)
+            or (best[0][0] >= single_score[0]
+                and best[0][1] >= single_score[1] * (1 + SHIFTED_MIN_GAIN))):
+        return None
+    (_, fraction), cut, below, a, b = best
+    params = split_backward(ShiftedParams(**fields_of(b)), ShiftedParams(**fields_of(a)), below)
+    if fits(op, params) is not None:
+        return None
+    fields = {k: params_as_dict(params)[k] for k in PASS_FIELDS["backward"]}
+    tuned_on = [{"shape": list(s), "variant": per_source[src][s][1], "kernel": kernel,
+                 "fraction_of_copy": round(per_source[src][s][0], 4)}
+                for i, s in enumerate(ordered)
+                for src, kernel in [(a, "small") if i < cut else (b, "main")]]
+    return fields, round(fraction, 4), tuned_on
 
 
 def _entry_key(entry: dict) -> tuple:
@@ -591,6 +666,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     select.add_argument("--min-mb", type=float, default=0.0,
                         help="per configuration, score only the shapes at which a pass moves "
                              "at least this many MB (the GPU target's 8)")
+    select.add_argument("--split-backward", action="store_true",
+                        help="let the shifted backward be two candidates' kernels, one below "
+                             "a call size and one from it on, where that beats the best single "
+                             "one by the objective (bwd_small_* fields)")
     select.set_defaults(func=cmd_select)
 
 
