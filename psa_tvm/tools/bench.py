@@ -179,6 +179,9 @@ def time_shape(timer: GpuTimer, shape: Shape, dtype_name: str, schedules: list[s
                                                         "vec": kernel.vec,
                                                         "shifted": kernel.shifted,
                                                         "index_dtype": kernel.index_dtype},
+                # which kernel of that variant (a split shifted backward has two); outside
+                # "variant" so that runs of two tables still compare row by row
+                "kernel": None if kernel is None else kernel.entry,
             })
         line = "  ".join(f"{k}={v:7.1f}/{kernel_us[k] or float('nan'):7.1f}"
                          for k, v in times.items())
