@@ -339,6 +339,30 @@ def test_tune_select_splits_the_shifted_backward_by_call_size(tmp_path, monkeypa
     assert shifted.ShiftedParams(**select("--split-backward")["params"]) == tabled
 
 
+def test_shifted_grid_takes_backward_tiles_as_given():
+    """`tune build --shifted --grid`: axes of the shifted grid replace its defaults, backward
+    tiles used as given (the default grid's are powers of two less one vector); other names
+    and non-integers are refused."""
+    from psa_tvm.compiler import shifted
+    from psa_tvm.tools import tune
+
+    config = OpConfig(32, 4, "float16")
+    grid = tune.parse_shifted_grid(["fwd_threads=256", "fwd_row_threads=2", "fwd_positions=2",
+                                    "grain=2", "bwd_tile_n=56,200", "bwd_threads=128,256",
+                                    "bwd_row_threads=4"])
+    found = tune.shifted_candidates(config, grid)
+    assert found[0] == shifted.default_params(config)
+    assert {(p.bwd_tile_n, p.bwd_threads) for p in found[1:]} <= {
+        (56, 128), (56, 256), (200, 128), (200, 256)}
+    assert {p.fwd_positions for p in found} == {2}
+    assert {(p.bwd_tile_n, p.bwd_threads) for p in tune.shifted_candidates(config)} >= {
+        (56, 128), (248, 256), (504, 512)}  # the default grid: 64 - 8, 256 - 8, 512 - 8
+    with pytest.raises(ValueError, match="with --shifted: expected one of"):
+        tune.parse_shifted_grid(["tile_n=64"])
+    with pytest.raises(ValueError, match="comma-separated ints"):
+        tune.parse_shifted_grid(["bwd_tile_n=a"])
+
+
 def test_shifted_candidates_are_valid_and_start_with_the_defaults():
     from psa_tvm.compiler import shifted
     from psa_tvm.tools import tune

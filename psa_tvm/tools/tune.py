@@ -76,6 +76,24 @@ def candidates(config: OpConfig, grid: dict[str, tuple] | None = None) -> list:
     return found
 
 
+def parse_shifted_grid(items: list[str] | None) -> dict[str, tuple]:
+    """``--grid NAME=V1,V2`` for ``build --shifted``: axes of :data:`SHIFTED_GRID`, taken as
+    given (a backward tile is the tile itself, e.g. ``bwd_tile_n=200,400`` for N = 400 * k)."""
+    names = {k for axes in SHIFTED_GRID.values() for k in axes}
+    grid = {}
+    for item in items or ():
+        key, _, values = item.partition("=")
+        if key not in names:
+            raise ValueError(f"--grid with --shifted: expected one of {sorted(names)}, "
+                             f"got {key!r}")
+        try:
+            grid[key] = tuple(int(v) for v in values.split(","))
+        except ValueError:
+            raise ValueError(f"--grid: {key} expects comma-separated ints, got {values!r}") \
+                from None
+    return grid
+
+
 def parse_grid(items: list[str] | None) -> dict[str, tuple]:
     """:data:`GRID` with ``--grid NAME=V1,V2`` overrides: any field of the tiled params, ints
     (a flag such as ``stage_loads`` takes 0/1). Unknown names and values raise a ValueError."""
@@ -102,24 +120,27 @@ def parse_grid(items: list[str] | None) -> dict[str, tuple]:
     return grid
 
 
-def shifted_candidates(config: OpConfig) -> list:
+def shifted_candidates(config: OpConfig, grid: dict[str, tuple] | None = None) -> list:
     """``ShiftedParams`` candidates for ``config``: every valid forward set of
-    :data:`SHIFTED_GRID`, each paired with a valid backward set (cycling the shorter list), the
-    defaults and the shipped table's set first."""
+    :data:`SHIFTED_GRID` (axes replaced by ``grid``, :func:`parse_shifted_grid`), each paired
+    with a valid backward set (cycling the shorter list), the defaults and the shipped table's
+    set first."""
     from dataclasses import replace
 
     from psa_tvm.compiler import shifted
 
     base = shifted.default_params(config)
     vec = shifted.vector_width(config)
+    grid = grid or {}
 
     def valid(pass_: str) -> list[dict]:
-        grid = SHIFTED_GRID[pass_]
+        axes = {**SHIFTED_GRID[pass_], **{k: v for k, v in grid.items()
+                                          if k in SHIFTED_GRID[pass_]}}
         sets = []
-        for values in itertools.product(*grid.values()):
-            fields = dict(zip(grid, values, strict=True))
-            if pass_ == "backward":
-                fields["bwd_tile_n"] -= vec
+        for values in itertools.product(*axes.values()):
+            fields = dict(zip(axes, values, strict=True))
+            if pass_ == "backward" and "bwd_tile_n" not in grid:
+                fields["bwd_tile_n"] -= vec  # the grid's powers of two, less the halo vector
             if shifted.fits(config, replace(base, **fields)) is None:
                 sets.append(fields)
         return sets
@@ -195,9 +216,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     configs = [config for config in PRESETS[args.preset] if config.dtype in args.dtypes
                and (not args.configs or config.tag in args.configs)]
     if args.shifted:
+        grid = parse_shifted_grid(args.grid)
         requests = [BuildRequest(config, "tiled", _tuned_tiled_params(config), preferred=False,
                                  shifted_params=params)
-                    for config in configs for params in shifted_candidates(config)]
+                    for config in configs for params in shifted_candidates(config, grid)]
         what = "shifted candidates"
     elif args.stage:
         requests = [BuildRequest(config, "tiled", params, preferred=False)
@@ -612,7 +634,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="only these configurations of the preset, e.g. kd32_nh4_float16")
     build.add_argument("--grid", nargs="+", metavar="NAME=V1,V2",
                        help=f"override grid axes (default {GRID}), or add any tiled param "
-                            "(flags 0/1, e.g. stage_loads=1)")
+                            "(flags 0/1, e.g. stage_loads=1); with --shifted, axes of "
+                            f"{SHIFTED_GRID} (backward tiles as given)")
     build.add_argument("--shifted", action="store_true",
                        help="candidates of the shifted N-side kernels' params (each the "
                             "configuration's tuned tiled build) instead of tiled params")
