@@ -257,6 +257,9 @@ def test_split_shifted_backward_runs_its_small_kernel_below_the_size(tmp_path):
     below = 1 << 22
     params = shifted.split_backward(base, small, below)
     assert shifted.small_backward(params) == small and shifted.small_backward(base) is None
+    # the small kernel keeps what it was timed with, its edge-first flag included
+    early = replace(small, bwd_edge_first=1)
+    assert shifted.small_backward(shifted.split_backward(base, early, below)) == early
     assert shifted.fits(config, params) is None
     assert "bwd_small_below" in shifted.fits(config, replace(params, bwd_small_below=1 << 21))
     assert "small-call backward" in shifted.fits(config, replace(params, bwd_small_tile_n=60))
@@ -300,6 +303,26 @@ def test_split_shifted_backward_runs_its_small_kernel_below_the_size(tmp_path):
         plan = op.plan_backward(g, [d_lo, d_hi])
         entry, grid, block, *_ = lib.plan_backward(g, d_lo, d_hi, "sm_90")
         assert (entry, tuple(grid), tuple(block)) == (plan.kernel.entry, plan.grid, plan.block)
+
+
+@pytest.mark.parametrize("edge_first", [0, 1])
+def test_edge_first_backward_loads_its_edges_before_the_tile(edge_first):
+    """``bwd_edge_first``: an edge tile's element-wise head and tail loads come before the
+    tile's 16-byte loads (so both are in flight at once) and reach shared memory after them;
+    without it they follow the vector loads."""
+    from dataclasses import replace
+
+    from psa_tvm.compiler import shifted
+
+    config = OpConfig(32, 4, "float16")
+    params = replace(shifted.default_params(config), bwd_edge_first=edge_first)
+    symbol = kernel_symbol("backward", "tiled", 1, "int32", 8, shifted=True)
+    func = schedule_module(BuildRequest(config, "tiled", shifted_params=params))[symbol][1]
+    body = kernel_bodies(lower_cuda({symbol: func}).source)[f"{symbol}_kernel"]
+    first_vector_load = body.index("*(uint4*)(g_ptr")
+    first_scalar_load = body.index("= g_ptr[")
+    assert (first_scalar_load < first_vector_load) == bool(edge_first)
+    assert ("heads_ptr[0] = g_ptr[" in body) == bool(edge_first)
 
 
 # ----------------------------------------------------------------------- CPU

@@ -142,7 +142,13 @@ def test_builds_take_the_tuned_shifted_params(tmp_path, monkeypatch):
     # without the split's fields; a split keeps them.
     assert tuned_shifted_entry(ARCH, config)["params"] == shifted.as_record(tuned)
     split = shifted.split_backward(tuned, shifted.default_params(config), 1 << 22)
-    assert shifted.as_record(split) == asdict(split)
+    assert shifted.as_record(split) == {k: v for k, v in asdict(split).items()
+                                        if "edge_first" not in k}
+    # the edge-first backward is recorded where it is set, and only there
+    early = dataclasses.replace(tuned, bwd_edge_first=1)
+    assert shifted.as_record(early) == {**shifted.as_record(tuned), "bwd_edge_first": 1}
+    assert BuildRequest(config, shifted_params=early).stem != BuildRequest(
+        config, shifted_params=tuned).stem
     # Non-default shifted params have their own stem: they never overwrite a default build.
     assert BuildRequest(config, shifted_params=tuned).stem != BuildRequest(config).stem
     assert BuildRequest(config, shifted_params=shifted.default_params(config)).stem == (

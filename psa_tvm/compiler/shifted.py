@@ -83,15 +83,21 @@ class ShiftedParams:
     """The small-call backward's threads."""
     bwd_small_row_threads: int = 4
     """The small-call backward's threads per position on the kd side."""
+    bwd_small_edge_first: int = 0
+    """The small-call backward's :attr:`bwd_edge_first`."""
+    bwd_edge_first: int = 0
+    """1: the backward's edge tiles load their row heads and tails element by element into
+    registers *before* the tile's vector loads and store them to shared memory after, so that
+    both are in flight at once (0: after the vector loads, a second round trip)."""
 
 
 #: The fields of the second (small-call) backward; a tuned split sets them with
 #: ``bwd_small_below`` (``psa-tvm tune select --split-backward``).
 SMALL_BACKWARD_FIELDS = ("bwd_small_below", "bwd_small_tile_n", "bwd_small_threads",
-                         "bwd_small_row_threads")
+                         "bwd_small_row_threads", "bwd_small_edge_first")
 #: The fields of :class:`ShiftedParams` that shape each pass's kernels (tuned separately).
 PASS_FIELDS = {"forward": ("fwd_threads", "fwd_row_threads", "fwd_positions", "grain"),
-               "backward": ("bwd_tile_n", "bwd_threads", "bwd_row_threads",
+               "backward": ("bwd_tile_n", "bwd_threads", "bwd_row_threads", "bwd_edge_first",
                             *SMALL_BACKWARD_FIELDS)}
 
 
@@ -110,7 +116,8 @@ def small_backward(params: ShiftedParams) -> ShiftedParams | None:
                if f.name in SMALL_BACKWARD_FIELDS}
     return replace(params, bwd_tile_n=params.bwd_small_tile_n,
                    bwd_threads=params.bwd_small_threads,
-                   bwd_row_threads=params.bwd_small_row_threads, **unsplit)
+                   bwd_row_threads=params.bwd_small_row_threads,
+                   bwd_edge_first=params.bwd_small_edge_first, **unsplit)
 
 
 def split_backward(params: ShiftedParams, small: ShiftedParams, below: int) -> ShiftedParams:
@@ -118,7 +125,8 @@ def split_backward(params: ShiftedParams, small: ShiftedParams, below: int) -> S
     merged elements."""
     return replace(params, bwd_small_below=below, bwd_small_tile_n=small.bwd_tile_n,
                    bwd_small_threads=small.bwd_threads,
-                   bwd_small_row_threads=small.bwd_row_threads)
+                   bwd_small_row_threads=small.bwd_row_threads,
+                   bwd_small_edge_first=small.bwd_edge_first)
 
 
 def default_params(config: OpConfig) -> ShiftedParams:
@@ -362,6 +370,7 @@ def shifted_backward(config: OpConfig, params: ShiftedParams, name: str) -> Prim
     kd_steps = (kd_items + threads - 1) // threads
     edge = kd * V
     edge_steps = (edge + threads - 1) // threads
+    edge_first = bool(params.bwd_edge_first)
 
     @T.prim_func
     def backward(g_h: T.handle, dlo_h: T.handle, dhi_h: T.handle, N: T.int32):
@@ -379,8 +388,22 @@ def shifted_backward(config: OpConfig, params: ShiftedParams, name: str) -> Prim
         tile = T.alloc_buffer((kd * row + (kd // V) * skew,), dtype, scope="shared")
         regs = T.alloc_buffer((V,), dtype, scope="local")
         off = T.alloc_buffer((V,), "int32", scope="local")
+        heads = T.alloc_buffer((edge_steps,), dtype, scope="local")
+        tails = T.alloc_buffer((edge_steps,), dtype, scope="local")
         nmod: T.let[T.int32] = N & (V - 1)
         n0: T.let[T.int32] = bx * tile_n
+        edge_tile: T.let[T.bool] = bx == 0 or n0 + tile_n + V > N
+        if edge_first and edge_tile:  # heads and tails into registers, loads in flight
+            for step in T.unroll(edge_steps):
+                if step * threads + tx < edge:
+                    d: T.let[T.int32] = (step * threads + tx) // V
+                    e: T.let[T.int32] = (step * threads + tx) % V
+                    s_d: T.let[T.int32] = _shift(d & (V - 1), nmod, V)
+                    n_tail: T.let[T.int32] = s_d + ((N - s_d) // V) * V + e
+                    if bx == 0 and e < s_d and e < N:
+                        heads[step] = g_flat[(by * kd + d) * N + e]
+                    if n_tail < N and n_tail >= n0 and n_tail < n0 + tile_n and n_tail >= s_d:
+                        tails[step] = g_flat[(by * kd + d) * N + n_tail]
         # Shared column c of row d holds position n0 - V + s_d + c.
         for step in T.unroll(rows_steps):
             if step * threads + tx < rows_items:
@@ -393,7 +416,7 @@ def shifted_backward(config: OpConfig, params: ShiftedParams, name: str) -> Prim
                     q: T.let[T.int32] = ((by * kd + d) * N + s_r) // V + kg
                     for e in T.vectorized(V):
                         tile[row_start(d) + k * V + e] = g_flat[q * V + e]
-        if bx == 0 or n0 + tile_n + V > N:  # heads and tails
+        if edge_tile:  # heads and tails
             for step in T.unroll(edge_steps):
                 if step * threads + tx < edge:
                     d: T.let[T.int32] = (step * threads + tx) // V
@@ -402,9 +425,15 @@ def shifted_backward(config: OpConfig, params: ShiftedParams, name: str) -> Prim
                     base: T.let[T.int32] = row_start(d) + V - s_d
                     n_tail: T.let[T.int32] = s_d + ((N - s_d) // V) * V + e
                     if bx == 0 and e < s_d and e < N:
-                        tile[base + e] = g_flat[(by * kd + d) * N + e]
+                        if edge_first:
+                            tile[base + e] = heads[step]
+                        else:
+                            tile[base + e] = g_flat[(by * kd + d) * N + e]
                     if n_tail < N and n_tail >= n0 and n_tail < n0 + tile_n and n_tail >= s_d:
-                        tile[base + n_tail - n0] = g_flat[(by * kd + d) * N + n_tail]
+                        if edge_first:
+                            tile[base + n_tail - n0] = tails[step]
+                        else:
+                            tile[base + n_tail - n0] = g_flat[(by * kd + d) * N + n_tail]
         T.tvm_storage_sync("shared")
         for e in T.unroll(V):
             off[e] = e * row + V - _shift(e, nmod, V)

@@ -74,13 +74,18 @@ def tuned_entry(arch: str, pass_: str, config: OpConfig) -> dict | None:
     return None
 
 
+#: Shifted-param flags recorded only where set (added after the first tables were written).
+_SHIFTED_FLAGS = ("bwd_edge_first", "bwd_small_edge_first")
+
+
 def shifted_record(params: dict[str, int]) -> dict[str, int]:
     """Shifted params as manifests record them (compiler/shifted.py's ``as_record``): the
     split backward's ``bwd_small_*`` fields only where there is a split (``bwd_small_below``),
-    so a table or manifest from before the split compares equal to today's."""
-    if params.get("bwd_small_below"):
-        return dict(params)
-    return {k: v for k, v in params.items() if not k.startswith("bwd_small_")}
+    the edge-first flags only where set, so a table or manifest from before those fields
+    compares equal to today's."""
+    split = bool(params.get("bwd_small_below"))
+    return {k: v for k, v in params.items()
+            if (split or not k.startswith("bwd_small_")) and (k not in _SHIFTED_FLAGS or v)}
 
 
 def tuned_shifted_entry(arch: str, config: OpConfig) -> dict | None:
