@@ -221,6 +221,12 @@ def test_tune_select_tunes_shifted_params_per_pass(tmp_path):
     assert [t["shape"] for t in entry["tuned_on"]["backward"]] == [
         list(s) for s in tune.SHIFTED_TUNE_SHAPES]
     assert all(t["variant"] == [8, 1, "s"] for t in entry["tuned_on"]["forward"])
+    # A candidate that was inexact in any timing run is never chosen.
+    marked = [dict(x, exact=False) if x["source"] == source["bwd"] and x["shifted"] else x
+              for x in lines[:3]] + lines[3:]
+    (tmp_path / tune.RESULTS).write_text("\n".join(json.dumps(x) for x in marked) + "\n")
+    assert tune.main(["select", "--artifacts", str(tmp_path), "-o", str(out)]) == 0
+    assert "shifted" not in json.loads(out.read_text())  # "bwd" left out: nothing compared
     # A gain within the noise (under SHIFTED_MIN_GAIN) keeps the defaults' fields.
     for line in lines:
         if line["shifted"]:

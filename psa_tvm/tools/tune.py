@@ -52,7 +52,7 @@ SHIFTED_MIN_GAIN = 0.01
 SHIFTED_GRID = {"forward": {"fwd_threads": (256, 512), "fwd_row_threads": (2, 4, 8),
                             "fwd_positions": (1, 2, 4), "grain": (2, 4)},
                 "backward": {"bwd_tile_n": (64, 128, 256, 512), "bwd_threads": (128, 256, 512),
-                             "bwd_row_threads": (2, 4, 8)}}
+                             "bwd_row_threads": (2, 4, 8), "bwd_edge_first": (0,)}}
 
 
 def candidates(config: OpConfig, grid: dict[str, tuple] | None = None) -> list:
@@ -327,15 +327,32 @@ def time_candidate(timer, build, pass_: str, shape: tuple[int, int, int],
         copy_us[key] = timer.median_us(lambda: dst.copy_(src))
     op = PsaMergeAttnRuntimeOp.for_build(build)
     stream = torch.cuda.current_stream().cuda_stream
+    from psa_tvm import reference
+
     if pass_ == "forward":
         kernel = op.plan_forward([lo, hi], merged, (height, width)).kernel
         us = timer.median_us(lambda: op.launch_forward(lo, hi, merged, stream, (height, width)))
+        torch.cuda.synchronize()
+        exact = _same_bits(merged, reference.merge(lo, hi, config.num_heads, height, width))
     else:
+        merged.copy_(torch.randn_like(merged))  # a defined input (it may be fresh memory)
         kernel = op.plan_backward(merged, [lo, hi]).kernel
         us = timer.median_us(lambda: op.launch_backward(merged, lo, hi, stream))
+        torch.cuda.synchronize()
+        ref_lo, ref_hi = reference.merge_backward(merged, config.num_heads, config.key_dim)
+        exact = _same_bits(lo, ref_lo) and _same_bits(hi, ref_hi)
+    # A candidate is timed on what it computes: select skips any that was ever inexact.
     return {"pass": pass_, "shape": list(shape), "us": round(us, 3),
             "copy_us": round(copy_us[key], 3), "variant": [kernel.vec_kd, kernel.vec],
-            "shifted": kernel.shifted}
+            "shifted": kernel.shifted, "exact": exact}
+
+
+def _same_bits(a, b) -> bool:
+    """Bit-for-bit equal tensors (layout changes are permutations: no tolerance)."""
+    import torch
+
+    bits = {2: torch.int16, 4: torch.int32}[a.element_size()]
+    return bool(torch.equal(a.contiguous().view(bits), b.contiguous().view(bits)))
 
 
 def _scores(root: Path, by_source: dict, shifted: bool, shapes: tuple,
@@ -345,20 +362,25 @@ def _scores(root: Path, by_source: dict, shifted: bool, shapes: tuple,
     ``results`` files (runs of the same candidates), the fraction is their mean."""
     fractions: dict[tuple, dict[str, dict[tuple, list]]] = {}
     variants: dict[tuple, object] = {}
-    for path in results or [root / RESULTS]:
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
-            build = by_source.get(r["source"])
-            if build is None or tuple(r["shape"]) not in shapes or \
-                    r.get("shifted", False) != shifted:
-                continue
-            c = build.config
-            key = (r["pass"], c.dtype, c.key_dim, c.num_heads)
-            shape = tuple(r["shape"])
-            fractions.setdefault(key, {}).setdefault(r["source"], {}).setdefault(
-                shape, []).append(r["copy_us"] / r["us"])
-            variants[key, r["source"], shape] = ([*r["variant"], "s"] if shifted
-                                                 else r.get("variant"))
+    records = [json.loads(line) for path in results or [root / RESULTS]
+               for line in path.read_text().splitlines()]
+    # A candidate that computed a wrong result anywhere is never chosen (older records,
+    # without "exact", predate the check).
+    inexact = {r["source"] for r in records if r.get("exact") is False}
+    for source in sorted(inexact):
+        print(f"tune select: {source} was inexact in a timing run; left out", file=sys.stderr)
+    for r in records:
+        build = by_source.get(r["source"])
+        if build is None or r["source"] in inexact or tuple(r["shape"]) not in shapes or \
+                r.get("shifted", False) != shifted:
+            continue
+        c = build.config
+        key = (r["pass"], c.dtype, c.key_dim, c.num_heads)
+        shape = tuple(r["shape"])
+        fractions.setdefault(key, {}).setdefault(r["source"], {}).setdefault(
+            shape, []).append(r["copy_us"] / r["us"])
+        variants[key, r["source"], shape] = ([*r["variant"], "s"] if shifted
+                                             else r.get("variant"))
     return {key: {source: {shape: (sum(f) / len(f), variants[key, source, shape])
                            for shape, f in per_shape.items()}
                   for source, per_shape in per_source.items()}
