@@ -15,6 +15,11 @@ times them where they run (odd ``N``, 2**21 elements and more; :data:`SHIFTED_TU
 and ``select`` writes the best forward and backward fields per configuration into the table's
 ``"shifted"`` list. Every timing records whether a shifted kernel ran, so each selection
 scores only the kernels it tunes, and each entry says which kernel ran on which shape.
+``select --split-backward`` may make the shifted backward two candidates' kernels, one below a
+call size and one from it on (``ShiftedParams.bwd_small_below``).
+
+Every timing also checks its result bit-exact against the reference (``"exact"``); ``select``
+never picks a candidate that was inexact in any run.
 """
 
 from __future__ import annotations
