@@ -388,12 +388,14 @@ def shifted_backward(config: OpConfig, params: ShiftedParams, name: str) -> Prim
         tile = T.alloc_buffer((kd * row + (kd // V) * skew,), dtype, scope="shared")
         regs = T.alloc_buffer((V,), dtype, scope="local")
         off = T.alloc_buffer((V,), "int32", scope="local")
-        heads = T.alloc_buffer((edge_steps,), dtype, scope="local")
-        tails = T.alloc_buffer((edge_steps,), dtype, scope="local")
         nmod: T.let[T.int32] = N & (V - 1)
         n0: T.let[T.int32] = bx * tile_n
-        edge_tile: T.let[T.bool] = bx == 0 or n0 + tile_n + V > N
-        if edge_first and edge_tile:  # heads and tails into registers, loads in flight
+        # `edge_first` is a Python bool: TVMScript keeps or drops these blocks when it parses
+        # (flat scope), so without it the kernel is exactly the one before the option.
+        if edge_first:
+            heads = T.alloc_buffer((edge_steps,), dtype, scope="local")
+            tails = T.alloc_buffer((edge_steps,), dtype, scope="local")
+        if edge_first and (bx == 0 or n0 + tile_n + V > N):  # into registers, loads in flight
             for step in T.unroll(edge_steps):
                 if step * threads + tx < edge:
                     d: T.let[T.int32] = (step * threads + tx) // V
@@ -416,7 +418,7 @@ def shifted_backward(config: OpConfig, params: ShiftedParams, name: str) -> Prim
                     q: T.let[T.int32] = ((by * kd + d) * N + s_r) // V + kg
                     for e in T.vectorized(V):
                         tile[row_start(d) + k * V + e] = g_flat[q * V + e]
-        if edge_tile:  # heads and tails
+        if bx == 0 or n0 + tile_n + V > N:  # heads and tails
             for step in T.unroll(edge_steps):
                 if step * threads + tx < edge:
                     d: T.let[T.int32] = (step * threads + tx) // V
