@@ -19,3 +19,9 @@ def merge_backward(d_merged: torch.Tensor, num_heads: int, key_dim: int
     g = d_merged.reshape(batch, num_heads, 2, key_dim, -1).permute(0, 1, 2, 4, 3)
     return (g[:, :, 0].reshape(batch * num_heads, -1, key_dim).contiguous(),
             g[:, :, 1].reshape(batch * num_heads, -1, key_dim).contiguous())
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit-for-bit equal (the op only moves elements: no tolerance, and NaNs compare too)."""
+    ints = {2: torch.int16, 4: torch.int32}[a.element_size()]
+    return bool(torch.equal(a.contiguous().view(ints), b.contiguous().view(ints)))

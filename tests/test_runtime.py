@@ -428,3 +428,20 @@ def test_runtime_half_works_with_tvm_hidden(ops, artifacts):
     assert got["kernel_name"] == op.kernel_name()
     assert [tuple(a) for a in got["args"]] == [tuple(a) for a in visitor.args]
     assert [tuple(a) for a in got["backward_args"]] == [tuple(a) for a in bvisitor.args]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_same_bits_is_bit_for_bit(dtype):
+    """reference.same_bits (tune run's exactness check): NaNs of one payload compare equal,
+    one flipped bit, -0.0 against 0.0 or another shape does not."""
+    a = torch.randn(3, 5, 4).to(dtype)
+    a[0, 0, 0] = float("nan")
+    assert reference.same_bits(a, a.clone())
+    assert reference.same_bits(a.permute(1, 0, 2), a.permute(1, 0, 2).contiguous())
+    ints = {2: torch.int16, 4: torch.int32}[a.element_size()]
+    flipped = a.clone()
+    flipped.view(ints)[1, 2, 3] ^= 1
+    assert not reference.same_bits(a, flipped)
+    zero = torch.zeros(2, dtype=dtype)
+    assert not reference.same_bits(zero, -zero)
+    assert not reference.same_bits(a, a[:, :4])

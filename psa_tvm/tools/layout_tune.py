@@ -370,12 +370,6 @@ def _profile_rounds(calls: dict, iters: int, rounds: int) -> dict:
     return best
 
 
-def _bits(t):
-    import torch
-
-    return t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)
-
-
 def _flushed(calls: dict, profiler) -> dict:
     """Median kernel time (us) of each call after an L2 flush (the issue's timing; the layout
     benchmark's), candidates one after the other."""
@@ -391,6 +385,7 @@ def time_pass(name: str, pass_: str, dim: int, batch: int, size: int, dtype_name
     L2 in interleaved rounds, or flushed with ``profiler`` (a ``KernelProfiler``)."""
     import torch
 
+    from psa_tvm.reference import same_bits
     from psa_tvm.runtime.stream_op import PsaStreamRuntimeOp
 
     op = STREAM_OPS[name]
@@ -422,10 +417,10 @@ def time_pass(name: str, pass_: str, dim: int, batch: int, size: int, dtype_name
     for key in cands:
         tensors[output].fill_(float("nan"))
         calls[key]()
-        got = _bits(tensors[output]).clone()
+        got = tensors[output].clone()
         if reference is None:
             reference = got
-        elif not torch.equal(got, reference):
+        elif not same_bits(got, reference):
             wrong.add(key)
     moved = (read + tensors[output].numel()) * src.element_size()
     copy_gbps = 2 * dst.numel() * src.element_size() / best["copy"] / 1e3

@@ -29,7 +29,7 @@ import itertools
 import json
 import math
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from psa_tvm.config import DTYPE_ITEMSIZE, OpConfig
@@ -81,22 +81,28 @@ def candidates(config: OpConfig, grid: dict[str, tuple] | None = None) -> list:
     return found
 
 
+def _grid_items(items: list[str] | None, names: Collection[str],
+                what: str) -> Iterator[tuple[str, str, tuple[int, ...]]]:
+    """``--grid NAME=V1,V2`` items as (name, text, ints); a name outside ``names`` (``what``
+    says whose) or a value that is no int raises a ValueError."""
+    for item in items or ():
+        key, _, values = item.partition("=")
+        if key not in names:
+            raise ValueError(f"{what}: expected one of {sorted(names)}, got {key!r}")
+        try:
+            parsed = tuple(int(v) for v in values.split(","))
+        except ValueError:
+            raise ValueError(f"--grid: {key} expects comma-separated ints, got {values!r}") \
+                from None
+        yield key, values, parsed
+
+
 def parse_shifted_grid(items: list[str] | None) -> dict[str, tuple]:
     """``--grid NAME=V1,V2`` for ``build --shifted``: axes of :data:`SHIFTED_GRID`, taken as
     given (a backward tile is the tile itself, e.g. ``bwd_tile_n=200,400`` for N = 400 * k)."""
     names = {k for axes in SHIFTED_GRID.values() for k in axes}
-    grid = {}
-    for item in items or ():
-        key, _, values = item.partition("=")
-        if key not in names:
-            raise ValueError(f"--grid with --shifted: expected one of {sorted(names)}, "
-                             f"got {key!r}")
-        try:
-            grid[key] = tuple(int(v) for v in values.split(","))
-        except ValueError:
-            raise ValueError(f"--grid: {key} expects comma-separated ints, got {values!r}") \
-                from None
-    return grid
+    return {key: parsed
+            for key, _, parsed in _grid_items(items, names, "--grid with --shifted")}
 
 
 def parse_grid(items: list[str] | None) -> dict[str, tuple]:
@@ -108,15 +114,7 @@ def parse_grid(items: list[str] | None) -> dict[str, tuple]:
 
     defaults = {f.name: f.default for f in fields(TiledParams)}
     grid = dict(GRID)
-    for item in items or ():
-        key, _, values = item.partition("=")
-        if key not in defaults:
-            raise ValueError(f"--grid: expected one of {sorted(defaults)}, got {key!r}")
-        try:
-            parsed = tuple(int(v) for v in values.split(","))
-        except ValueError:
-            raise ValueError(f"--grid: {key} expects comma-separated ints, got {values!r}") \
-                from None
+    for key, values, parsed in _grid_items(items, defaults, "--grid"):
         if isinstance(defaults[key], bool):
             if set(parsed) - {0, 1}:
                 raise ValueError(f"--grid: {key} is a flag, expected 0 or 1, got {values!r}")
@@ -317,6 +315,7 @@ def time_candidate(timer, build, pass_: str, shape: tuple[int, int, int],
     """One candidate on one shape, with the copy of the same bytes (cached per shape)."""
     import torch
 
+    from psa_tvm import reference
     from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
 
     config = build.config
@@ -332,32 +331,28 @@ def time_candidate(timer, build, pass_: str, shape: tuple[int, int, int],
         copy_us[key] = timer.median_us(lambda: dst.copy_(src))
     op = PsaMergeAttnRuntimeOp.for_build(build)
     stream = torch.cuda.current_stream().cuda_stream
-    from psa_tvm import reference
-
+    # A candidate is timed on what it computes (select skips any that was ever inexact): one
+    # more launch into poisoned outputs, so that memory left by an earlier candidate at the
+    # same shape cannot pass for this one's result.
     if pass_ == "forward":
         kernel = op.plan_forward([lo, hi], merged, (height, width)).kernel
         us = timer.median_us(lambda: op.launch_forward(lo, hi, merged, stream, (height, width)))
-        torch.cuda.synchronize()
-        exact = _same_bits(merged, reference.merge(lo, hi, config.num_heads, height, width))
+        merged.fill_(float("nan"))
+        op.launch_forward(lo, hi, merged, stream, (height, width))
+        want = reference.merge(lo, hi, config.num_heads, height, width)
+        exact = reference.same_bits(merged, want)
     else:
         merged.copy_(torch.randn_like(merged))  # a defined input (it may be fresh memory)
         kernel = op.plan_backward(merged, [lo, hi]).kernel
         us = timer.median_us(lambda: op.launch_backward(merged, lo, hi, stream))
-        torch.cuda.synchronize()
+        lo.fill_(float("nan"))
+        hi.fill_(float("nan"))
+        op.launch_backward(merged, lo, hi, stream)
         ref_lo, ref_hi = reference.merge_backward(merged, config.num_heads, config.key_dim)
-        exact = _same_bits(lo, ref_lo) and _same_bits(hi, ref_hi)
-    # A candidate is timed on what it computes: select skips any that was ever inexact.
+        exact = reference.same_bits(lo, ref_lo) and reference.same_bits(hi, ref_hi)
     return {"pass": pass_, "shape": list(shape), "us": round(us, 3),
             "copy_us": round(copy_us[key], 3), "variant": [kernel.vec_kd, kernel.vec],
             "shifted": kernel.shifted, "exact": exact}
-
-
-def _same_bits(a, b) -> bool:
-    """Bit-for-bit equal tensors (layout changes are permutations: no tolerance)."""
-    import torch
-
-    bits = {2: torch.int16, 4: torch.int32}[a.element_size()]
-    return bool(torch.equal(a.contiguous().view(bits), b.contiguous().view(bits)))
 
 
 def _scores(root: Path, by_source: dict, shifted: bool, shapes: tuple,
@@ -547,8 +542,9 @@ def _select_shifted(root: Path, by_source: dict, results: list[Path] | None = No
         default = params_as_dict(default_params(OpConfig(key_dim, num_heads, dtype)))
 
         def fields_of(source: str, default: dict = default) -> dict:
-            # manifests from before the split backward lack its fields: they had none
-            return {**default, "bwd_small_below": 0, **by_source[source].shifted_params}
+            # records leave out fields at their defaults (no split, no edge-first) and older
+            # manifests predate them: the defaults fill them in
+            return {**default, **by_source[source].shifted_params}
 
         defaults = {s for s in per_source if all(
             fields_of(s)[k] == default[k] for k in PASS_FIELDS[pass_])}
@@ -600,7 +596,6 @@ def _split_backward(per_source: dict, fields_of, config: tuple[str, int, int], s
     shape both share, say the smallest, must not hide what the split gains on the others);
     else (backward fields, geometric mean, per-shape record with the kernel that runs each
     shape)."""
-    from psa_tvm.compiler.rules.base import params_as_dict
     from psa_tvm.compiler.shifted import PASS_FIELDS, ShiftedParams, fits, split_backward
 
     dtype, key_dim, num_heads = config
@@ -634,7 +629,7 @@ def _split_backward(per_source: dict, fields_of, config: tuple[str, int, int], s
     params = split_backward(ShiftedParams(**fields_of(b)), ShiftedParams(**fields_of(a)), below)
     if fits(op, params) is not None:
         return None
-    fields = {k: params_as_dict(params)[k] for k in PASS_FIELDS["backward"]}
+    fields = {k: getattr(params, k) for k in PASS_FIELDS["backward"]}
     tuned_on = [{"shape": list(s), "variant": per_source[src][s][1], "kernel": kernel,
                  "fraction_of_copy": round(per_source[src][s][0], 4)}
                 for i, s in enumerate(ordered)
