@@ -345,6 +345,66 @@ def test_tune_select_splits_the_shifted_backward_by_call_size(tmp_path, monkeypa
     assert shifted.ShiftedParams(**select("--split-backward")["params"]) == tabled
 
 
+def test_tune_select_adds_a_whole_row_backward_where_n_fits_its_tile(tmp_path):
+    """`--whole-backward`: a candidate with a larger backward tile is fastest only at the shape
+    whose N fits that tile and not the chosen one's; the entry keeps the chosen backward and
+    adds the larger one as its whole-row kernel, that shape's record marked "whole". A gain
+    within SHIFTED_MIN_GAIN is not taken, nor is one without the flag."""
+    import json
+    from dataclasses import replace
+
+    from psa_tvm.compiler import shifted
+    from psa_tvm.tools import tune
+
+    config = OpConfig(16, 2, "float16")
+    base = shifted.default_params(config)
+    big = replace(base, bwd_tile_n=504, bwd_threads=512)
+    build_artifacts([BuildRequest(config, "tiled", tune._tuned_tiled_params(config),
+                                  preferred=False, shifted_params=p) for p in (base, big)],
+                    tmp_path, ["sm_90"])
+    source = {json.dumps(b.shifted_params, sort_keys=True): str(b.source.relative_to(tmp_path))
+              for b in Manifest.load(tmp_path).builds}
+    source = {name: source[json.dumps(shifted.as_record(p), sort_keys=True)]
+              for name, p in (("base", base), ("big", big))}
+    # kd=16, nh=2: N = 400 is past 248 and within 504; all from 2**21 merged elements up
+    whole_shape, shapes = (96, 20, 20), ((96, 20, 20), (64, 40, 23), (64, 37, 29))
+    assert min(64 * b * h * w for b, h, w in shapes) >= shifted.MIN_NUMEL
+
+    def write(whole_gain: float) -> None:
+        us = {("base", s): 10.0 * (1 + whole_gain) if s == whole_shape else 10.0
+              for s in shapes}
+        us.update({("big", s): 10.0 if s == whole_shape else 13.0 for s in shapes})
+        lines = [{"source": source[name], "pass": "backward", "shape": list(shape), "us": t,
+                  "copy_us": 10.0, "variant": [8, 8], "shifted": True}
+                 for (name, shape), t in us.items()]
+        (tmp_path / tune.RESULTS).write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+
+    out = tmp_path / "table.json"
+    spec = ";".join(",".join(map(str, s)) for s in shapes)
+
+    def select(*extra: str) -> dict:
+        assert tune.main(["select", "--artifacts", str(tmp_path), "-o", str(out),
+                          "--shifted-shapes", spec, "--objective", "worst", *extra]) == 0
+        (entry,) = json.loads(out.read_text())["shifted"]
+        return entry
+
+    write(0.15)
+    entry = select("--whole-backward")
+    params = shifted.ShiftedParams(**entry["params"])
+    assert params == shifted.with_whole_backward(base, big)
+    assert (params.bwd_tile_n, params.bwd_whole_tile_n, params.bwd_whole_threads) == (248, 504,
+                                                                                      512)
+    assert [(t["shape"], t.get("kernel"), t["fraction_of_copy"])
+            for t in entry["tuned_on"]["backward"]] == [
+        ([96, 20, 20], "whole", 1.0), ([64, 40, 23], None, 1.0), ([64, 37, 29], None, 1.0)]
+    assert entry["fraction_of_copy"]["backward"] == 1.0
+    # without the flag: the best single set by the worst shape (base: 1/1.15 against 1/1.3)
+    assert shifted.ShiftedParams(**select()["params"]) == base
+    # a whole-row kernel within the noise of the chosen set is not taken
+    write(0.005)
+    assert shifted.ShiftedParams(**select("--whole-backward")["params"]) == base
+
+
 def test_shifted_grid_takes_backward_tiles_as_given():
     """`tune build --shifted --grid`: axes of the shifted grid replace its defaults, backward
     tiles used as given (the default grid's are powers of two less one vector); other names

@@ -182,6 +182,34 @@ def test_split_shifted_backward_on_both_sides_of_its_size(gpu_artifacts, config)
     assert ran == {True, False}
 
 
+# The configurations whose shipped table gives the shifted backward a whole-row kernel by N.
+WHOLE_CONFIGS = [c for c in (OpConfig(32, nh, d) for nh in (2, 4, 6) for d in DTYPES)
+                 if ((entry := tuned_shifted_entry("sm_90", c)) is not None
+                     and entry["params"].get("bwd_whole_tile_n"))]
+
+
+@pytest.mark.parametrize("config", WHOLE_CONFIGS, ids=lambda c: c.tag)
+def test_whole_row_backward_inside_and_outside_its_rows(gpu_artifacts, config):
+    """A whole-row backward (compiler/shifted.py ``bwd_whole_tile_n``): its kernel, one CTA per
+    row, where ``bwd_tile_n < N <= bwd_whole_tile_n`` (odd N and N % 8 == 0, both ends of the
+    range), the main one just outside; bit-exact with canaries, at the smallest batch a
+    shifted kernel runs and above it."""
+    op = runtime_op(str(gpu_artifacts), config.key_dim, config.num_heads, config.dtype, "tiled")
+    params = tuned_shifted_entry("sm_90", config)["params"]
+    first, last = params["bwd_tile_n"] + 1, params["bwd_whole_tile_n"]
+    ran = set()
+    for height, width in ((20, 20), (21, 21), (17, 17), (1, first), (1, last), (1, first - 1),
+                          (1, last + 1), (16, 31)):
+        per_batch = config.channels * height * width
+        for batch in (-(-(1 << 21) // per_batch), 64):
+            kernel = check_backward(op, config, batch, height, width, seed=batch)
+            whole = kernel.entry.endswith("whole_i32_kernel")
+            assert kernel.shifted and whole == (first <= height * width <= last), (
+                height, width, batch, kernel.entry)
+            ran.add(whole)
+    assert ran == {True, False}
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("offset", [1, 2, 3, 4, 5])
 def test_misaligned_views_on_a_tail(gpu_artifacts, dtype, offset):

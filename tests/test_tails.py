@@ -305,6 +305,78 @@ def test_split_shifted_backward_runs_its_small_kernel_below_the_size(tmp_path):
         assert (entry, tuple(grid), tuple(block)) == (plan.kernel.entry, plan.grid, plan.block)
 
 
+def test_whole_row_backward_runs_where_n_fits_its_tile_and_not_the_main_one(tmp_path):
+    """A build with ``bwd_whole_tile_n``: a third shifted backward (its own symbol, tile and
+    threads) runs for ``bwd_tile_n < N <= bwd_whole_tile_n`` at any size from 2**21 merged
+    elements, ahead of a split's small and main kernels, both for odd N and (second records)
+    N % 8 == 0; outside that range the build chooses as without it. The native library
+    chooses the same kernels as runtime/plan.py."""
+    import shutil
+    from dataclasses import replace
+
+    import torch
+
+    from psa_tvm.compiler import shifted
+    from psa_tvm.runtime import native as native_rt
+    from psa_tvm.runtime.tuned import shifted_record
+
+    config = OpConfig(16, 2, "float16")  # merged elements: 64 * B * N
+    base = shifted.default_params(config)
+    assert base.bwd_tile_n == 248
+    whole = replace(base, bwd_tile_n=504, bwd_threads=512, bwd_edge_first=1)
+    split = shifted.split_backward(base, replace(base, bwd_tile_n=56, bwd_threads=128), 1 << 22)
+    params = shifted.with_whole_backward(split, whole)
+    assert shifted.whole_backward(params) == whole and shifted.whole_backward(base) is None
+    assert shifted.small_backward(params).bwd_whole_tile_n == 0
+    assert shifted.whole_backward_rows(params) == (249, 504)
+    assert shifted.fits(config, params) is None
+    assert "bwd_whole_tile_n" in shifted.fits(config, replace(params, bwd_whole_tile_n=248))
+    assert "whole-row backward" in shifted.fits(config, replace(params, bwd_whole_tile_n=500))
+    # records name the whole-row fields only where there is one: older records stay equal
+    assert not any(k.startswith("bwd_whole_") for k in shifted.as_record(split))
+    assert shifted.as_record(params)["bwd_whole_edge_first"] == 1
+    assert shifted_record(shifted.as_record(params)) == shifted.as_record(params)
+    request = BuildRequest(config, "tiled", shifted_params=params)
+    assert request.stem != BuildRequest(config, "tiled", shifted_params=split).stem
+    build_artifacts([request], tmp_path, ["sm_90"])
+    (build,) = Manifest.load(tmp_path).builds
+    main_bwd, small_bwd, whole_bwd = (f"psa_merge_bwd_tiled_s8{extra}_i32_kernel"
+                                      for extra in ("", "small", "whole"))
+    records = sorted((k.entry, k.vec, k.rank, k.min_numel, k.min_n, k.max_n)
+                     for k in build.kernels if k.shifted and k.pass_ == "backward")
+    assert records == sorted([(main_bwd, 1, 7, 1 << 22, 0, 0), (main_bwd, 8, 17, 1 << 22, 0, 0),
+                              (small_bwd, 1, 7, 1 << 21, 0, 0), (small_bwd, 8, 17, 1 << 21, 0, 0),
+                              (whole_bwd, 1, 7, 1 << 21, 249, 504),
+                              (whole_bwd, 8, 17, 1 << 21, 249, 504)])
+    (whole_spec,) = [k for k in build.kernels if k.entry == whole_bwd and k.vec == 1]
+    grid, block = whole_spec.launch_dims(whole_spec.bind_symbols(
+        {"g": (64, 2, 2, 16, 400), "dlo": (128, 400, 16), "dhi": (128, 400, 16)}))
+    assert grid[0] == 1 and block[0] == 512  # one CTA per row
+    # (N, batch) -> the shifted backward that runs (None: a plain kernel, under 2**21)
+    cases = {(400, 96): whole_bwd, (400, 256): whole_bwd, (249, 160): whole_bwd,
+             (504, 80): whole_bwd, (400, 64): None, (248, 160): small_bwd, (248, 512): main_bwd,
+             (505, 80): small_bwd, (505, 160): main_bwd, (1073, 64): main_bwd,
+             (1600, 24): small_bwd, (425, 80): whole_bwd}
+    for (n, batch), entry in cases.items():
+        kernel = choose_kernel(build, "backward", n, "int32", 16, 64 * batch * n)
+        assert (kernel.entry if kernel.shifted else None) == entry, (n, batch, kernel.entry)
+    assert choose_kernel(build, "backward", 400, "int32", 16).entry == whole_bwd  # any size
+    assert choose_kernel(build, "backward", 1600, "int32", 16).entry == main_bwd
+    assert not any(k.max_n for k in build.kernels if k.pass_ == "forward")
+
+    if shutil.which("g++") is None or (lib := native_rt.load(tmp_path)) is None:
+        pytest.skip("no native library (g++)")
+    from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
+
+    op = PsaMergeAttnRuntimeOp(16, 2, "float16", artifacts=tmp_path, arch="sm_90")
+    for n, batch in cases:
+        g = torch.empty(batch, 64, n, 1, dtype=torch.float16)
+        d_lo, d_hi = (torch.empty(batch * 2, n, 16, dtype=torch.float16) for _ in range(2))
+        plan = op.plan_backward(g, [d_lo, d_hi])
+        entry, grid, block, *_ = lib.plan_backward(g, d_lo, d_hi, "sm_90")
+        assert (entry, tuple(grid), tuple(block)) == (plan.kernel.entry, plan.grid, plan.block)
+
+
 @pytest.mark.parametrize("edge_first", [0, 1])
 def test_edge_first_backward_loads_its_edges_before_the_tile(edge_first):
     """``bwd_edge_first``: an edge tile's element-wise head and tail loads come before the

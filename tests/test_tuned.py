@@ -138,12 +138,16 @@ def test_builds_take_the_tuned_shifted_params(tmp_path, monkeypatch):
     assert doubled.find(config, "tiled", chosen.schedule_params) is older
     assert doubled.find(config, "tiled", chosen.schedule_params,
                         shifted_params=shifted.as_record(tuned)) is chosen
-    # A table written with every field (the split's unset) names the same builds as one
-    # without the split's fields; a split keeps them.
+    # A table written with every field (the split's and the whole-row kernel's unset) names
+    # the same builds as one without those fields; a split keeps its own, a whole-row
+    # backward its own.
     assert tuned_shifted_entry(ARCH, config)["params"] == shifted.as_record(tuned)
     split = shifted.split_backward(tuned, shifted.default_params(config), 1 << 22)
     assert shifted.as_record(split) == {k: v for k, v in asdict(split).items()
-                                        if "edge_first" not in k}
+                                        if "edge_first" not in k and "whole" not in k}
+    whole = shifted.with_whole_backward(tuned, replace(tuned, bwd_tile_n=504))
+    assert shifted.as_record(whole) == {k: v for k, v in asdict(whole).items()
+                                        if "edge_first" not in k and "small" not in k}
     # the edge-first backward is recorded where it is set, and only there
     early = dataclasses.replace(tuned, bwd_edge_first=1)
     assert shifted.as_record(early) == {**shifted.as_record(tuned), "bwd_edge_first": 1}

@@ -122,6 +122,7 @@ class Variant:
     vec_kd: int  # width on the side contiguous along kd (aligned whatever N is)
     shifted: bool = False  # 16-byte N-side vectors for any N (psa_tvm/compiler/shifted.py)
     min_numel: int = 0  # runs only for calls of at least this many merged elements
+    n_range: tuple[int, int] | None = None  # runs only for first <= N <= last (None: any N)
 
 
 def _halvings(width: int) -> list[int]:
@@ -193,12 +194,17 @@ def _shifted_variants(request: BuildRequest, full_vec: int) -> dict[str, tuple[V
                      else shifted.MIN_NUMEL)
         funcs[symbol] = (Variant(pass_, 1, "int32", full_vec, shifted=True, min_numel=min_numel),
                          shifted.shifted_pass(request.config, pass_, params, symbol))
-    if small is not None:
+    # A split's small-call kernel (by size), a whole-row kernel (by N): from MIN_NUMEL up.
+    extras = {"small": (small, None),
+              "whole": (shifted.whole_backward(params), shifted.whole_backward_rows(params))}
+    for extra, (kernel_params, n_range) in extras.items():
+        if kernel_params is None:
+            continue
         symbol = kernel_symbol("backward", request.schedule, 1, "int32", full_vec,
-                               op=request.op, shifted=True, small=True)
+                               op=request.op, shifted=True, **{extra: True})
         funcs[symbol] = (Variant("backward", 1, "int32", full_vec, shifted=True,
-                                 min_numel=shifted.MIN_NUMEL),
-                         shifted.shifted_pass(request.config, "backward", small, symbol))
+                                 min_numel=shifted.MIN_NUMEL, n_range=n_range),
+                         shifted.shifted_pass(request.config, "backward", kernel_params, symbol))
     return funcs
 
 
@@ -228,6 +234,8 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
         variant = scheduled[symbol][0]
         ranked = {"shifted": True, "rank": shifted.rank(request.config),
                   "min_numel": variant.min_numel} if variant.shifted else {}
+        if variant.n_range is not None:
+            ranked["min_n"], ranked["max_n"] = variant.n_range
         kernels.append({"pass": variant.pass_, "vec": variant.vec, "vec_kd": variant.vec_kd,
                         "index_dtype": variant.index_dtype, **ranked, **contract,
                         "resources": compiled.resources.get(contract["entry"], {})})

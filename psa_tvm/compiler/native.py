@@ -248,7 +248,8 @@ def _kernel_record(k: dict, index: int, build_index: int,
               f"{1 if k['index_dtype'] == 'int64' else 0}, {json.dumps(k['entry'])}, "
               f"{len(params)}, {{{', '.join(params)}}}, {len(syms)}, {{{', '.join(syms)}}}, "
               f"{fn}, {int(k.get('dynamic_smem_bytes', 0))}u, "
-              f"{int(k.get('min_numel', 0))}LL}}")
+              f"{int(k.get('min_numel', 0))}LL, {int(k.get('min_n', 0))}LL, "
+              f"{int(k.get('max_n', 0))}LL}}")
     return dims, record
 
 
@@ -321,12 +322,14 @@ def generate_source(root: Path, manifest: dict, cpu_objects: dict[OpConfig, dict
             try:
                 roles = None if op == "merge" else _stream_roles(build)
                 # plan.py's order: widest vec_kd, then rank (2*vec; a shifted kernel's below
-                # an 8-byte N side), then the larger min_numel (a split shifted backward's
-                # main kernel before its small-call one), so ChooseKernel takes the first
-                # that fits.
+                # an 8-byte N side), then a kernel with an N range (a whole-row shifted
+                # backward) before those without, then the larger min_numel (a split shifted
+                # backward's main kernel before its small-call one), so ChooseKernel takes
+                # the first that fits.
                 kernels = sorted(build["kernels"], key=lambda k: (
                     k["pass"], k["index_dtype"], -int(k.get("vec_kd", k["vec"])),
-                    -int(k.get("rank", 2 * k["vec"])), -int(k.get("min_numel", 0))))
+                    -int(k.get("rank", 2 * k["vec"])), -(int(k.get("max_n", 0)) > 0),
+                    -int(k.get("min_numel", 0))))
                 records = [_kernel_record(k, i, len(builds), roles)
                            for i, k in enumerate(kernels)]
             except (KeyError, ValueError) as err:

@@ -27,7 +27,9 @@ measured on the H200 (docs/perf.md v13), they beat the narrow variants from that
 lose to the 8- and 16-byte ones. A build may split the backward by call size
 (``ShiftedParams.bwd_small_below``): a second kernel of the same TensorIR with small tiles runs
 from that minimum size up to the split, where the main one's large CTAs would leave SMs idle
-(docs/perf.md v20).
+(docs/perf.md v20). A build may also hold a whole-row backward by ``N``
+(``ShiftedParams.bwd_whole_tile_n``): one CTA per row where ``N`` fits its tile but not the main
+one's, because a call's size does not say how its rows cut into tiles (docs/perf.md v21).
 """
 
 from __future__ import annotations
@@ -85,6 +87,19 @@ class ShiftedParams:
     """The small-call backward's threads per position on the kd side."""
     bwd_small_edge_first: int = 0
     """The small-call backward's :attr:`bwd_edge_first`."""
+    bwd_whole_tile_n: int = 0
+    """Positions per CTA of a third backward, shaped by the ``bwd_whole_*`` fields, that runs
+    where ``N`` fits one of its tiles but not one of the main kernel's (``bwd_tile_n < N <=
+    bwd_whole_tile_n``), whatever the call's size (from :data:`MIN_NUMEL` up); 0: none. The
+    main tile leaves such rows in two tiles, both edge tiles, the second one part empty: at
+    ``N = 400`` (nh 4, 16-bit) a 504-position tile ran 1.00-1.01x a copy against 248's
+    1.06x, but 1.16x at ``N = 1600`` with the same call size (docs/perf.md v20-v21)."""
+    bwd_whole_threads: int = 256
+    """The whole-row backward's threads."""
+    bwd_whole_row_threads: int = 4
+    """The whole-row backward's threads per position on the kd side."""
+    bwd_whole_edge_first: int = 0
+    """The whole-row backward's :attr:`bwd_edge_first`."""
     bwd_edge_first: int = 0
     """1: the backward's edge tiles load their row heads and tails element by element into
     registers *before* the tile's vector loads and store them to shared memory after, so that
@@ -95,10 +110,16 @@ class ShiftedParams:
 #: ``bwd_small_below`` (``psa-tvm tune select --split-backward``).
 SMALL_BACKWARD_FIELDS = ("bwd_small_below", "bwd_small_tile_n", "bwd_small_threads",
                          "bwd_small_row_threads", "bwd_small_edge_first")
+#: The fields of the third (whole-row, by ``N``) backward; ``psa-tvm tune select
+#: --whole-backward`` sets them.
+WHOLE_BACKWARD_FIELDS = ("bwd_whole_tile_n", "bwd_whole_threads", "bwd_whole_row_threads",
+                         "bwd_whole_edge_first")
 #: The fields of :class:`ShiftedParams` that shape each pass's kernels (tuned separately).
 PASS_FIELDS = {"forward": ("fwd_threads", "fwd_row_threads", "fwd_positions", "grain"),
                "backward": ("bwd_tile_n", "bwd_threads", "bwd_row_threads", "bwd_edge_first",
-                            *SMALL_BACKWARD_FIELDS)}
+                            *SMALL_BACKWARD_FIELDS, *WHOLE_BACKWARD_FIELDS)}
+#: The main backward's fields, which a second or third backward takes its own values for.
+_MAIN_BACKWARD_FIELDS = ("bwd_tile_n", "bwd_threads", "bwd_row_threads", "bwd_edge_first")
 
 
 def as_record(params: ShiftedParams) -> dict[str, int]:
@@ -107,17 +128,26 @@ def as_record(params: ShiftedParams) -> dict[str, int]:
     return shifted_record({f.name: getattr(params, f.name) for f in fields(ShiftedParams)})
 
 
+def _as_main_backward(params: ShiftedParams, prefix: str) -> ShiftedParams:
+    """``params`` with the ``prefix`` backward's fields (``bwd_small_``, ``bwd_whole_``) as
+    the main ones and neither extra backward: the kernel is the same TensorIR."""
+    extra = {f.name: f.default for f in fields(ShiftedParams)
+             if f.name in SMALL_BACKWARD_FIELDS + WHOLE_BACKWARD_FIELDS}
+    own = {main: getattr(params, prefix + main.removeprefix("bwd_"))
+           for main in _MAIN_BACKWARD_FIELDS}
+    return replace(params, **{**extra, **own})
+
+
 def small_backward(params: ShiftedParams) -> ShiftedParams | None:
     """``params`` with the backward fields of the small-call kernel in place of the main
-    ones (the kernel is the same TensorIR), or ``None`` if there is no split."""
-    if not params.bwd_small_below:
-        return None
-    unsplit = {f.name: f.default for f in fields(ShiftedParams)
-               if f.name in SMALL_BACKWARD_FIELDS}
-    return replace(params, bwd_tile_n=params.bwd_small_tile_n,
-                   bwd_threads=params.bwd_small_threads,
-                   bwd_row_threads=params.bwd_small_row_threads,
-                   bwd_edge_first=params.bwd_small_edge_first, **unsplit)
+    ones, or ``None`` if there is no split."""
+    return _as_main_backward(params, "bwd_small_") if params.bwd_small_below else None
+
+
+def whole_backward(params: ShiftedParams) -> ShiftedParams | None:
+    """``params`` with the backward fields of the whole-row kernel in place of the main ones,
+    or ``None`` if there is none."""
+    return _as_main_backward(params, "bwd_whole_") if params.bwd_whole_tile_n else None
 
 
 def split_backward(params: ShiftedParams, small: ShiftedParams, below: int) -> ShiftedParams:
@@ -127,6 +157,20 @@ def split_backward(params: ShiftedParams, small: ShiftedParams, below: int) -> S
                    bwd_small_threads=small.bwd_threads,
                    bwd_small_row_threads=small.bwd_row_threads,
                    bwd_small_edge_first=small.bwd_edge_first)
+
+
+def with_whole_backward(params: ShiftedParams, whole: ShiftedParams) -> ShiftedParams:
+    """``params`` with a whole-row backward shaped like ``whole``'s main one, for ``N`` from
+    past ``params.bwd_tile_n`` up to ``whole.bwd_tile_n``."""
+    return replace(params, bwd_whole_tile_n=whole.bwd_tile_n,
+                   bwd_whole_threads=whole.bwd_threads,
+                   bwd_whole_row_threads=whole.bwd_row_threads,
+                   bwd_whole_edge_first=whole.bwd_edge_first)
+
+
+def whole_backward_rows(params: ShiftedParams) -> tuple[int, int]:
+    """The ``N`` (first, last) that the whole-row backward runs at."""
+    return params.bwd_tile_n + 1, params.bwd_whole_tile_n
 
 
 def default_params(config: OpConfig) -> ShiftedParams:
@@ -207,6 +251,11 @@ def fits(config: OpConfig, params: ShiftedParams) -> str | None:
         return f"bwd_small_below {params.bwd_small_below}: 0 or more than {MIN_NUMEL}"
     if (small := small_backward(params)) is not None and (why := fits(config, small)):
         return f"small-call backward: {why}"
+    if 0 < params.bwd_whole_tile_n <= params.bwd_tile_n or params.bwd_whole_tile_n < 0:
+        return (f"bwd_whole_tile_n {params.bwd_whole_tile_n}: 0 or more than bwd_tile_n "
+                f"{params.bwd_tile_n}")
+    if (whole := whole_backward(params)) is not None and (why := fits(config, whole)):
+        return f"whole-row backward: {why}"
     return None
 
 

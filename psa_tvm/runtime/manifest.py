@@ -41,18 +41,20 @@ _FUNCS = {"min": min, "max": max, "Div": _truncdiv, "truncdiv": _truncdiv,
 
 def kernel_symbol(pass_: str, schedule: str, vec: int, index_dtype: str,
                   vec_kd: int | None = None, op: str = "merge", shifted: bool = False,
-                  small: bool = False) -> str:
+                  small: bool = False, whole: bool = False) -> str:
     """Global symbol of one kernel variant; TVM appends ``_kernel`` for the device entry.
 
     ``vec`` is the width along N, ``vec_kd`` the width along kd, named only where it differs
     (``psa_merge_fwd_tiled_v2k8_i32``), so symbols of equal widths read as before. ``op`` is the
     op of the layout family (``merge``, or a pack/stream op of psa_tvm/layouts.py). A shifted
     kernel (16-byte N-side vectors for any N, psa_tvm/compiler/shifted.py) is ``s{vec_kd}``,
-    and the second, small-call shifted backward of a split build ``s{vec_kd}small``.
+    the second, small-call shifted backward of a split build ``s{vec_kd}small`` and the
+    whole-row one (by ``N``) ``s{vec_kd}whole``.
     """
     short = {"forward": "fwd", "backward": "bwd"}[pass_]
     widths = f"v{vec}" if vec_kd in (None, vec) else f"v{vec}k{vec_kd}"
-    widths = f"s{vec_kd}{'small' if small else ''}" if shifted else widths
+    extra = "small" if small else "whole" if whole else ""
+    widths = f"s{vec_kd}{extra}" if shifted else widths
     return f"psa_{op}_{short}_{schedule}_{widths}_{'i64' if index_dtype == 'int64' else 'i32'}"
 
 
@@ -131,7 +133,9 @@ class KernelSpec:
     A kernel may have two records (a 16-bit shifted backward: also ``vec`` 8 with a rank above
     the plain 16-byte kernel's), one per place in that order. Among kernels of equal rank the
     one with the larger ``min_numel`` comes first where a call reaches it (a split shifted
-    backward: the main kernel for large calls, the small-tile one below).
+    backward: the main kernel for large calls, the small-tile one below). A kernel with an
+    ``N`` range (``max_n`` > 0: it runs only for ``min_n <= N <= max_n``, a whole-row shifted
+    backward) comes before the kernels of its rank without one, wherever ``N`` is in range.
     """
 
     pass_: str
@@ -148,18 +152,25 @@ class KernelSpec:
     rank: int = 0
     shifted: bool = False
     min_numel: int = 0  # the kernel runs only for calls of at least this many merged elements
+    min_n: int = 0  # with max_n > 0: the kernel runs only for min_n <= N <= max_n
+    max_n: int = 0  # 0: any N
 
     @classmethod
     def from_json(cls, data: dict) -> KernelSpec:
         return cls(pass_=data["pass"], vec=data["vec"], vec_kd=data.get("vec_kd", data["vec"]),
                    rank=data.get("rank", 2 * data["vec"]), shifted=data.get("shifted", False),
-                   min_numel=data.get("min_numel", 0),
+                   min_numel=data.get("min_numel", 0), min_n=data.get("min_n", 0),
+                   max_n=data.get("max_n", 0),
                    index_dtype=data["index_dtype"], entry=data["entry"],
                    params=tuple(KernelParam.from_json(p) for p in data["params"]),
                    grid=tuple(data["grid"]), block=tuple(data["block"]),
                    dynamic_smem_bytes=data["dynamic_smem_bytes"],
                    symbols={k: SymbolBinding.from_json(v) for k, v in data["symbols"].items()},
                    resources=data.get("resources", {}))
+
+    def runs_at(self, n: int) -> bool:
+        """Whether ``N`` is in the kernel's range (every ``N`` without one)."""
+        return not self.max_n or self.min_n <= n <= self.max_n
 
     @property
     def alignment_elements(self) -> int:

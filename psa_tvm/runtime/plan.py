@@ -63,27 +63,33 @@ def choose_kernel(build: BuildSpec, pass_: str, n: int, index_dtype: str,
                   alignment_bytes: int, numel: int | None = None) -> KernelSpec:
     """The variant that runs: among the pass's kernels of ``index_dtype``, those whose ``vec``
     divides ``N``, whose widest access the pointers' alignment allows and whose ``min_numel``
-    the call's merged elements reach (``numel=None``: any size); the one maximising
-    ``(vec_kd, rank, min_numel)`` (``rank`` is ``2 * vec``, a shifted kernel's sits between an
-    8- and a 4-byte N side; of two kernels at one rank, the one made for larger calls wins
-    where the call is large enough for it)."""
+    the call's merged elements reach (``numel=None``: any size) and whose ``N`` range holds
+    ``N``; the one maximising ``(vec_kd, rank, has an N range, min_numel)`` (``rank`` is
+    ``2 * vec``, a shifted kernel's sits between an 8- and a 4-byte N side; of two kernels at
+    one rank, one made for a range of ``N`` wins inside it, and then the one made for larger
+    calls where the call is large enough for it)."""
     itemsize = build.config.itemsize
     best = None
     for kernel in build.kernels:
-        if kernel.pass_ != pass_ or kernel.index_dtype != index_dtype or n % kernel.vec:
+        if kernel.pass_ != pass_ or kernel.index_dtype != index_dtype or n % kernel.vec \
+                or not kernel.runs_at(n):
             continue
         if numel is not None and numel < kernel.min_numel:
             continue
         if alignment_bytes % (kernel.alignment_elements * itemsize):
             continue
-        if best is None or (kernel.vec_kd, kernel.rank, kernel.min_numel) > (
-                best.vec_kd, best.rank, best.min_numel):
+        if best is None or _order(kernel) > _order(best):
             best = kernel
     if best is None:
         raise ArtifactNotFoundError(
             f"{build.source.name}: no {pass_} kernel for {index_dtype}, N={n}, "
             f"{alignment_bytes}-byte aligned data; rebuild it with `psa-tvm build`")
     return best
+
+
+def _order(kernel: KernelSpec) -> tuple[int, int, bool, int]:
+    """Of the kernels that can run a call, the largest of these wins."""
+    return kernel.vec_kd, kernel.rank, kernel.max_n > 0, kernel.min_numel
 
 
 def main_variant(build: BuildSpec, pass_: str) -> KernelSpec:

@@ -75,17 +75,21 @@ def tuned_entry(arch: str, pass_: str, config: OpConfig) -> dict | None:
 
 
 #: Shifted-param flags recorded only where set (added after the first tables were written).
-_SHIFTED_FLAGS = ("bwd_edge_first", "bwd_small_edge_first")
+_SHIFTED_FLAGS = ("bwd_edge_first", "bwd_small_edge_first", "bwd_whole_edge_first")
+#: The fields of an extra backward, recorded only where its switch field is set.
+_EXTRA_BACKWARDS = {"bwd_small_": "bwd_small_below", "bwd_whole_": "bwd_whole_tile_n"}
 
 
 def shifted_record(params: dict[str, int]) -> dict[str, int]:
     """Shifted params as manifests record them (compiler/shifted.py's ``as_record``): the
     split backward's ``bwd_small_*`` fields only where there is a split (``bwd_small_below``),
+    the whole-row backward's ``bwd_whole_*`` only where there is one (``bwd_whole_tile_n``),
     the edge-first flags only where set, so a table or manifest from before those fields
     compares equal to today's."""
-    split = bool(params.get("bwd_small_below"))
+    absent = tuple(prefix for prefix, switch in _EXTRA_BACKWARDS.items()
+                   if not params.get(switch))
     return {k: v for k, v in params.items()
-            if (split or not k.startswith("bwd_small_")) and (k not in _SHIFTED_FLAGS or v)}
+            if not k.startswith(absent) and (k not in _SHIFTED_FLAGS or v)}
 
 
 def tuned_shifted_entry(arch: str, config: OpConfig) -> dict | None:

@@ -16,7 +16,9 @@ and ``select`` writes the best forward and backward fields per configuration int
 ``"shifted"`` list. Every timing records whether a shifted kernel ran, so each selection
 scores only the kernels it tunes, and each entry says which kernel ran on which shape.
 ``select --split-backward`` may make the shifted backward two candidates' kernels, one below a
-call size and one from it on (``ShiftedParams.bwd_small_below``).
+call size and one from it on (``ShiftedParams.bwd_small_below``); ``select --whole-backward``
+may add a third, a candidate's larger tile where ``N`` fits it and not the chosen one's
+(``ShiftedParams.bwd_whole_tile_n``).
 
 Every timing also checks its result bit-exact against the reference (``"exact"``); ``select``
 never picks a candidate that was inexact in any run.
@@ -483,7 +485,8 @@ def cmd_select(args: argparse.Namespace) -> int:
                            else {}),
                         "tuned_on": tuned_on})
     shifted_entries = _select_shifted(root, by_source, results, shifted_shapes, args.objective,
-                                      args.min_mb, args.split_backward, args.arch)
+                                      args.min_mb, args.split_backward, args.arch,
+                                      args.whole_backward)
     previous = previous if args.update else {}
     # --update keeps what earlier runs tuned for other configurations (and passes).
     fresh = {_entry_key(e) for e in entries}
@@ -512,14 +515,15 @@ def cmd_select(args: argparse.Namespace) -> int:
 def _select_shifted(root: Path, by_source: dict, results: list[Path] | None = None,
                     shapes: tuple = SHIFTED_TUNE_SHAPES, objective: str = "geomean",
                     min_mb: float = 0.0, split_backward: bool = False,
-                    arch: str = DEFAULT_ARCH) -> list[dict]:
+                    arch: str = DEFAULT_ARCH, whole_backward: bool = False) -> list[dict]:
     """Per configuration, the shifted params whose forward (backward) kernel was fastest where
     a shifted kernel ran, among candidates that differ in them (``build --shifted``), scored
     over ``shapes`` by ``objective`` (shapes under ``min_mb`` moved left out, as for the tiled
     params). The 16-bit backward also runs at ``N % 8 == 0`` above 2**21 elements, so the YOLO
     squares belong in ``shapes`` for it. With ``split_backward`` the backward may instead be a
     pair, one candidate's kernel below a call size and another's from it on
-    (:func:`_split_backward`)."""
+    (:func:`_split_backward`); with ``whole_backward`` it may also get a whole-row kernel by
+    ``N`` (:func:`_whole_backward`)."""
     from psa_tvm.compiler.rules.base import params_as_dict
     from psa_tvm.compiler.shifted import (
         PASS_FIELDS,
@@ -561,6 +565,9 @@ def _select_shifted(root: Path, by_source: dict, results: list[Path] | None = No
                 per_source, fields_of, (dtype, key_dim, num_heads), shapes, objective,
                 min_mb, best)) is not None:
             fields, fraction, tuned_on = split
+        if whole_backward and pass_ == "backward" and (whole := _whole_backward(
+                per_source, fields_of, fields, tuned_on, objective)) is not None:
+            fields, fraction, tuned_on = whole
         entry["params"].update(fields)
         entry["fraction_of_copy"][pass_] = round(fraction, 4)
         entry["candidates"][pass_] = compared
@@ -604,7 +611,7 @@ def _split_backward(per_source: dict, fields_of, config: tuple[str, int, int], s
              for s in shapes if moved_mb(s, *config) >= min_mb}
     ordered = sorted((s for s in numel if all(s in v for v in per_source.values())),
                      key=numel.__getitem__)
-    unsplit = [s for s in per_source if not fields_of(s)["bwd_small_below"]]
+    unsplit = [s for s in per_source if _one_backward(fields_of(s))]
     if len(ordered) < 2 or len(unsplit) < 2 or single not in per_source:
         return None
     single_fractions = [per_source[single][s][0] for s in ordered]
@@ -620,10 +627,7 @@ def _split_backward(per_source: dict, fields_of, config: tuple[str, int, int], s
             score = (_score(fractions, objective), _score(fractions, "geomean"))
             if best is None or score > best[0]:
                 best = (score, cut, max(lower + 1, math.isqrt(lower * upper)), a, b)
-    if best is None or not (
-            best[0][0] >= single_score[0] * (1 + SHIFTED_MIN_GAIN)
-            or (best[0][0] >= single_score[0]
-                and best[0][1] >= single_score[1] * (1 + SHIFTED_MIN_GAIN))):
+    if best is None or not _gains(best[0], single_score):
         return None
     (_, fraction), cut, below, a, b = best
     params = split_backward(ShiftedParams(**fields_of(b)), ShiftedParams(**fields_of(a)), below)
@@ -635,6 +639,61 @@ def _split_backward(per_source: dict, fields_of, config: tuple[str, int, int], s
                 for i, s in enumerate(ordered)
                 for src, kernel in [(a, "small") if i < cut else (b, "main")]]
     return fields, round(fraction, 4), tuned_on
+
+
+def _one_backward(fields: dict) -> bool:
+    """Whether a candidate's fields give it one shifted backward (no split, no whole-row
+    kernel): its timings are then that kernel's wherever a shifted backward ran."""
+    return not fields["bwd_small_below"] and not fields["bwd_whole_tile_n"]
+
+
+def _gains(score: tuple[float, float], single: tuple[float, float]) -> bool:
+    """Whether a split or whole-row ``score`` (objective, geometric mean) is worth its extra
+    kernel over ``single``'s: :data:`SHIFTED_MIN_GAIN` on the objective, or as good there and
+    that much on the geometric mean (a worst shape both share must not hide what it gains on
+    the others)."""
+    return score[0] >= single[0] * (1 + SHIFTED_MIN_GAIN) or (
+        score[0] >= single[0] and score[1] >= single[1] * (1 + SHIFTED_MIN_GAIN))
+
+
+def _whole_backward(per_source: dict, fields_of, fields: dict, tuned_on: list[dict],
+                    objective: str) -> tuple[dict, float, list[dict]] | None:
+    """The best whole-row backward for the chosen backward ``fields`` (with their per-shape
+    record ``tuned_on``): candidate ``c``'s kernel at the shapes whose ``N`` fits ``c``'s tile
+    and not the chosen one's, over every candidate with one backward and a larger tile. Its
+    timings there are ``c``'s own (the build runs the same kernel there), the other shapes
+    keep ``tuned_on``'s. ``None`` unless that beats ``tuned_on`` as :func:`_gains` says; else
+    (backward fields, geometric mean, per-shape record, the whole-row shapes marked)."""
+    from dataclasses import replace
+
+    from psa_tvm.compiler.shifted import ShiftedParams, whole_backward_rows, with_whole_backward
+
+    current = {tuple(t["shape"]): t for t in tuned_on}
+    chosen = replace(ShiftedParams(), **fields)  # only its backward fields are read
+    single = [t["fraction_of_copy"] for t in tuned_on]
+    single_score = (_score(single, objective), _score(single, "geomean"))
+    best = None
+    for source, timings in per_source.items():
+        candidate = ShiftedParams(**fields_of(source))
+        if not _one_backward(fields_of(source)) or candidate.bwd_tile_n <= chosen.bwd_tile_n:
+            continue
+        first, last = whole_backward_rows(with_whole_backward(chosen, candidate))
+        rows = {s for s in current if first <= s[1] * s[2] <= last and s in timings}
+        if not rows:
+            continue
+        fractions = [timings[s][0] if s in rows else current[s]["fraction_of_copy"]
+                     for s in current]
+        score = (_score(fractions, objective), _score(fractions, "geomean"))
+        if best is None or score > best[0]:
+            best = (score, source, rows)
+    if best is None or not _gains(best[0], single_score):
+        return None
+    (_, fraction), source, rows = best
+    params = with_whole_backward(chosen, ShiftedParams(**fields_of(source)))
+    record = [{**t, "kernel": "whole", "variant": per_source[source][s][1],
+               "fraction_of_copy": round(per_source[source][s][0], 4)} if s in rows else t
+              for s, t in current.items()]
+    return ({k: getattr(params, k) for k in fields}, round(fraction, 4), record)
 
 
 def _entry_key(entry: dict) -> tuple:
@@ -711,6 +770,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     select.add_argument("--min-mb", type=float, default=0.0,
                         help="per configuration, score only the shapes at which a pass moves "
                              "at least this many MB (the GPU target's 8)")
+    select.add_argument("--whole-backward", action="store_true",
+                        help="the shifted backward may add a candidate's larger tile where N "
+                             "fits it and not the chosen one's (bwd_whole_* fields)")
     select.add_argument("--split-backward", action="store_true",
                         help="let the shifted backward be two candidates' kernels, one below "
                              "a call size and one from it on, where that beats the best single "

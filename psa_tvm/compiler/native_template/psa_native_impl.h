@@ -10,9 +10,11 @@
 // * index dtype: int32 if B*2*nh*kd*N + 2**20 <= 2**31-1, else int64;
 // * among the kernels of the pass and index dtype, candidates have N % vec == 0, every
 //   tensor's data pointer aligned to max(vec, vec_kd) * itemsize (the pointers' common
-//   alignment counted up to 16 bytes, as runtime/plan.py does) and numel >= min_numel; the
-//   widest (vec_kd, rank) wins (rank: 2*vec; a shifted kernel, any N, ranks just below an
-//   8-byte N side), at equal rank the larger min_numel (a split shifted backward);
+//   alignment counted up to 16 bytes, as runtime/plan.py does), numel >= min_numel and N in
+//   the kernel's range (max_n == 0: any N); the widest (vec_kd, rank) wins (rank: 2*vec; a
+//   shifted kernel, any N, ranks just below an 8-byte N side), at equal rank a kernel with an
+//   N range (a whole-row shifted backward), then the larger min_numel (a split shifted
+//   backward);
 // * grid x <= 2**31-1, y, z <= 65535; numel == 0: nothing to launch;
 // * CUDA launches go to TVMFFIEnvGetStream(kDLCUDA, device) (torch's current stream when called
 //   from Python with torch tensors) on the tensors' device.
@@ -453,8 +455,8 @@ inline uintptr_t CommonAlignment(const uintptr_t* ptrs, const bool* present, int
 
 // runtime/plan.py's choose_kernel: among the build's kernels of the pass and index dtype
 // (int32 while `numel` plus a tail tile's overrun fits), those whose `vec` divides N, whose
-// widest access the alignment allows and whose `min_numel` the call reaches; the widest
-// (vec_kd, rank, min_numel) wins (the table is sorted so).
+// widest access the alignment allows, whose `min_numel` the call reaches and whose N range
+// holds N; the widest (vec_kd, rank, has an N range, min_numel) wins (the table is sorted so).
 inline Plan ChooseKernel(const Build& build, int pass, int64_t n, int64_t numel,
                          uintptr_t alignment, int64_t itemsize) {
   const int index64 = numel + kInt32Margin <= kInt32Max ? 0 : 1;
@@ -463,6 +465,7 @@ inline Plan ChooseKernel(const Build& build, int pass, int64_t n, int64_t numel,
   for (int i = 0; i < build.num_kernels && plan.kernel == nullptr; ++i) {
     const Kernel& k = build.kernels[i];
     if (k.pass != pass || k.index64 != index64 || n % k.vec || numel < k.min_numel) continue;
+    if (k.max_n > 0 && (n < k.min_n || n > k.max_n)) continue;
     const uintptr_t need = static_cast<uintptr_t>((k.vec > k.vec_kd ? k.vec : k.vec_kd) *
                                                   itemsize);
     if (alignment % need == 0) plan.kernel = &k;
