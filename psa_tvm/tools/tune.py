@@ -492,6 +492,11 @@ def cmd_select(args: argparse.Namespace) -> int:
     fresh = {_entry_key(e) for e in entries}
     entries = sorted([e for e in previous.get("entries", []) if _entry_key(e) not in fresh]
                      + entries, key=_entry_key)
+    before = {_shifted_key(e): e for e in previous.get("shifted", [])}
+    for entry in shifted_entries:  # a pass this run did not time keeps its earlier record
+        for record in ("fraction_of_copy", "candidates", "tuned_on"):
+            entry[record] = {**before.get(_shifted_key(entry), {}).get(record, {}),
+                             **entry[record]}
     fresh = {_shifted_key(e) for e in shifted_entries}
     shifted_entries = sorted([e for e in previous.get("shifted", [])
                               if _shifted_key(e) not in fresh] + shifted_entries,
