@@ -282,6 +282,34 @@ def test_tune_select_scores_shifted_params_on_given_shapes_by_the_worst(tmp_path
     assert asdict(base) != asdict(fast_bwd)
 
 
+def _write_backward_timings(root, source: dict, us: dict, variant: list) -> None:
+    """A tune run's records of shifted backwards: ``us[(name, shape)]`` against a 10 us copy,
+    for the candidate ``source[name]``."""
+    import json
+
+    from psa_tvm.tools import tune
+
+    lines = [{"source": source[name], "pass": "backward", "shape": list(shape), "us": t,
+              "copy_us": 10.0, "variant": variant, "shifted": True}
+             for (name, shape), t in us.items()]
+    (root / tune.RESULTS).write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+
+
+def _select_shifted_entry(root, shapes, *extra: str) -> dict:
+    """`tune select --objective worst` over ``shapes`` into ``root/table.json``: the one
+    shifted entry it writes."""
+    import json
+
+    from psa_tvm.tools import tune
+
+    out = root / "table.json"
+    spec = ";".join(",".join(map(str, s)) for s in shapes)
+    assert tune.main(["select", "--artifacts", str(root), "-o", str(out), "--shifted-shapes",
+                      spec, "--objective", "worst", *extra]) == 0
+    (entry,) = json.loads(out.read_text())["shifted"]
+    return entry
+
+
 def test_tune_select_splits_the_shifted_backward_by_call_size(tmp_path, monkeypatch):
     """`--split-backward`: one candidate's backward is fastest on the smallest shape, the
     other's on the larger ones; the entry keeps the second as the main backward and the first
@@ -293,7 +321,6 @@ def test_tune_select_splits_the_shifted_backward_by_call_size(tmp_path, monkeypa
     from dataclasses import asdict, replace
 
     from psa_tvm.compiler import shifted
-    from psa_tvm.tools import tune
 
     base, _, fast_bwd, source = _shifted_pair(tmp_path)
     # kd=16, nh=2: 64 * B * H * W merged elements; all three from 2**21 up (shifted runs)
@@ -306,19 +333,10 @@ def test_tune_select_splits_the_shifted_backward_by_call_size(tmp_path, monkeypa
         us = {("bwd", s): 10.0 if s == small_shape else 11.0 for s in shapes}
         us.update({("fwd", s): 10.0 * (1 + small_gain) if s == small_shape else 10.0
                    for s in shapes})
-        lines = [{"source": source[name], "pass": "backward", "shape": list(shape), "us": t,
-                  "copy_us": 10.0, "variant": [8, 1], "shifted": True}
-                 for (name, shape), t in us.items()]
-        (tmp_path / tune.RESULTS).write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-
-    out = tmp_path / "table.json"
-    spec = ";".join(",".join(map(str, s)) for s in shapes)
+        _write_backward_timings(tmp_path, source, us, [8, 1])
 
     def select(*extra: str) -> dict:
-        assert tune.main(["select", "--artifacts", str(tmp_path), "-o", str(out),
-                          "--shifted-shapes", spec, "--objective", "worst", *extra]) == 0
-        (entry,) = json.loads(out.read_text())["shifted"]
-        return entry
+        return _select_shifted_entry(tmp_path, shapes, *extra)
 
     # The forward was not timed: its fields stay what the table says builds take now.
     table_dir = tmp_path / "schedules"
@@ -371,22 +389,14 @@ def test_tune_select_adds_a_whole_row_backward_where_n_fits_its_tile(tmp_path):
     assert min(64 * b * h * w for b, h, w in shapes) >= shifted.MIN_NUMEL
 
     def write(whole_gain: float) -> None:
+        # "big" (504-position tiles) wins where N = 400 fits it, "base" (248) elsewhere
         us = {("base", s): 10.0 * (1 + whole_gain) if s == whole_shape else 10.0
               for s in shapes}
         us.update({("big", s): 10.0 if s == whole_shape else 13.0 for s in shapes})
-        lines = [{"source": source[name], "pass": "backward", "shape": list(shape), "us": t,
-                  "copy_us": 10.0, "variant": [8, 8], "shifted": True}
-                 for (name, shape), t in us.items()]
-        (tmp_path / tune.RESULTS).write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-
-    out = tmp_path / "table.json"
-    spec = ";".join(",".join(map(str, s)) for s in shapes)
+        _write_backward_timings(tmp_path, source, us, [8, 8])
 
     def select(*extra: str) -> dict:
-        assert tune.main(["select", "--artifacts", str(tmp_path), "-o", str(out),
-                          "--shifted-shapes", spec, "--objective", "worst", *extra]) == 0
-        (entry,) = json.loads(out.read_text())["shifted"]
-        return entry
+        return _select_shifted_entry(tmp_path, shapes, *extra)
 
     write(0.15)
     entry = select("--whole-backward")
