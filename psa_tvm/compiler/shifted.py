@@ -150,22 +150,24 @@ def whole_backward(params: ShiftedParams) -> ShiftedParams | None:
     return _as_main_backward(params, "bwd_whole_") if params.bwd_whole_tile_n else None
 
 
+def _with_extra_backward(params: ShiftedParams, prefix: str,
+                         kernel: ShiftedParams) -> ShiftedParams:
+    """``params`` with the ``prefix`` backward's fields set to ``kernel``'s main ones (the
+    inverse of :func:`_as_main_backward`)."""
+    return replace(params, **{prefix + main.removeprefix("bwd_"): getattr(kernel, main)
+                              for main in _MAIN_BACKWARD_FIELDS})
+
+
 def split_backward(params: ShiftedParams, small: ShiftedParams, below: int) -> ShiftedParams:
     """``params`` with a second backward shaped like ``small``'s for calls below ``below``
     merged elements."""
-    return replace(params, bwd_small_below=below, bwd_small_tile_n=small.bwd_tile_n,
-                   bwd_small_threads=small.bwd_threads,
-                   bwd_small_row_threads=small.bwd_row_threads,
-                   bwd_small_edge_first=small.bwd_edge_first)
+    return replace(_with_extra_backward(params, "bwd_small_", small), bwd_small_below=below)
 
 
 def with_whole_backward(params: ShiftedParams, whole: ShiftedParams) -> ShiftedParams:
     """``params`` with a whole-row backward shaped like ``whole``'s main one, for ``N`` from
     past ``params.bwd_tile_n`` up to ``whole.bwd_tile_n``."""
-    return replace(params, bwd_whole_tile_n=whole.bwd_tile_n,
-                   bwd_whole_threads=whole.bwd_threads,
-                   bwd_whole_row_threads=whole.bwd_row_threads,
-                   bwd_whole_edge_first=whole.bwd_edge_first)
+    return _with_extra_backward(params, "bwd_whole_", whole)
 
 
 def whole_backward_rows(params: ShiftedParams) -> tuple[int, int]:
