@@ -415,6 +415,31 @@ def test_tune_select_adds_a_whole_row_backward_where_n_fits_its_tile(tmp_path):
     assert shifted.ShiftedParams(**select("--whole-backward")["params"]) == base
 
 
+def test_select_update_keeps_the_record_of_a_pass_it_did_not_time():
+    """`select --update` after a backward-only run: the forward's earlier fraction, candidate
+    count and per-shape record stay in the entry, and where the two passes were chosen by
+    different objectives the entry names each pass's."""
+    from psa_tvm.tools import tune
+
+    earlier = {"fraction_of_copy": {"backward": 0.95, "forward": 0.93},
+               "candidates": {"backward": 25, "forward": 25},
+               "tuned_on": {"backward": [{"shape": [1]}], "forward": [{"shape": [2]}]}}
+    entry = {"fraction_of_copy": {"backward": 0.97}, "candidates": {"backward": 6},
+             "objective": "worst", "tuned_on": {"backward": [{"shape": [3]}]}}
+    tune._keep_untimed_passes(entry, earlier)
+    assert entry == {"fraction_of_copy": {"backward": 0.97, "forward": 0.93},
+                     "candidates": {"backward": 6, "forward": 25},
+                     "objective": {"backward": "worst", "forward": "geomean"},
+                     "tuned_on": {"backward": [{"shape": [3]}], "forward": [{"shape": [2]}]}}
+    # passes chosen by the same objective: the entry keeps naming one
+    same = {**earlier, "objective": "worst"}
+    again = {"fraction_of_copy": {"backward": 0.97}, "candidates": {"backward": 6},
+             "objective": "worst", "tuned_on": {"backward": [{"shape": [3]}]}}
+    tune._keep_untimed_passes(again, same)
+    assert again["objective"] == "worst" and again["candidates"] == {"backward": 6,
+                                                                     "forward": 25}
+
+
 def test_shifted_grid_takes_backward_tiles_as_given():
     """`tune build --shifted --grid`: axes of the shifted grid replace its defaults, backward
     tiles used as given (the default grid's are powers of two less one vector); other names

@@ -493,10 +493,8 @@ def cmd_select(args: argparse.Namespace) -> int:
     entries = sorted([e for e in previous.get("entries", []) if _entry_key(e) not in fresh]
                      + entries, key=_entry_key)
     before = {_shifted_key(e): e for e in previous.get("shifted", [])}
-    for entry in shifted_entries:  # a pass this run did not time keeps its earlier record
-        for record in ("fraction_of_copy", "candidates", "tuned_on"):
-            entry[record] = {**before.get(_shifted_key(entry), {}).get(record, {}),
-                             **entry[record]}
+    for entry in shifted_entries:
+        _keep_untimed_passes(entry, before.get(_shifted_key(entry), {}))
     fresh = {_shifted_key(e) for e in shifted_entries}
     shifted_entries = sorted([e for e in previous.get("shifted", [])
                               if _shifted_key(e) not in fresh] + shifted_entries,
@@ -644,6 +642,20 @@ def _split_backward(per_source: dict, fields_of, config: tuple[str, int, int], s
                 for i, s in enumerate(ordered)
                 for src, kernel in [(a, "small") if i < cut else (b, "main")]]
     return fields, round(fraction, 4), tuned_on
+
+
+def _keep_untimed_passes(entry: dict, earlier: dict) -> None:
+    """A pass this run did not time keeps ``earlier``'s record in ``entry``; where the passes
+    were then chosen by different objectives, ``entry["objective"]`` names each pass's."""
+    kept = [p for p in earlier.get("tuned_on", {}) if p not in entry["tuned_on"]]
+    for record in ("fraction_of_copy", "candidates", "tuned_on"):
+        entry[record] = dict(sorted({**{p: earlier[record][p] for p in kept
+                                        if p in earlier.get(record, {})},
+                                     **entry[record]}.items()))
+    objectives = {p: (earlier if p in kept else entry).get("objective", "geomean")
+                  for p in entry["tuned_on"]}
+    if len(set(objectives.values())) > 1:
+        entry["objective"] = dict(sorted(objectives.items()))
 
 
 def _one_backward(fields: dict) -> bool:
