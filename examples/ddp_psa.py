@@ -14,6 +14,7 @@ and in real training would use SyncBatchNorm.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 
 import torch
@@ -102,10 +103,15 @@ def train(args: argparse.Namespace) -> dict[str, torch.Tensor]:
     if rank == 0 and args.out:
         torch.save(state, args.out)
     if distributed:
-        # Both ranks reach teardown together: a rank that destroys its gloo group while the
-        # other is still saving can abort at exit ("terminate called without an active
-        # exception", seen once in CI).
+        # Tear the group down here, in a fixed order, and not at interpreter exit: both ranks
+        # reach teardown together (a rank that destroys its gloo group while the other is still
+        # saving can abort), and DDP's reducer, which holds the group, is freed first, so the
+        # gloo threads are joined while the interpreter is alive. Left to finalization, one rank
+        # aborted at exit twice in CI ("terminate called without an active exception";
+        # pytorch/pytorch#179291 describes the same teardown).
         dist.barrier()
+        del model, opt
+        gc.collect()
         dist.destroy_process_group()
     return state
 

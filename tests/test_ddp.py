@@ -15,13 +15,34 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "ddp_psa.py"
 
 
+# What a rank prints when it aborts in gloo's teardown after its work is done (a joinable
+# thread destroyed at exit; pytorch/pytorch#179291). Seen twice in CI with the example's
+# explicit teardown in place; never with a wrong result.
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def _launch(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(command, env=env, cwd=ROOT, timeout=600, capture_output=True,
+                          text=True)
+    sys.stdout.write(done.stdout)
+    sys.stderr.write(done.stderr)
+    return done
+
+
 def _run(tmp_path: Path, name: str, nproc: int, *args: str) -> dict[str, torch.Tensor]:
     out = tmp_path / f"{name}.pt"
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone",
                  f"--nproc_per_node={nproc}"] if nproc > 1 else [sys.executable])
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    subprocess.run([*launcher, str(EXAMPLE), "--out", str(out), *args], check=True, env=env,
-                   cwd=ROOT, timeout=600)
+    command = [*launcher, str(EXAMPLE), "--out", str(out), *args]
+    done = _launch(command, env)
+    if done.returncode != 0 and TEARDOWN_ABORT in done.stderr and out.exists():
+        # The abort came after rank 0 saved, in torch's teardown: run the whole job once more
+        # from scratch (a fresh file, so the result compared is that run's) rather than pass on
+        # a job that did not exit cleanly.
+        out.unlink()
+        done = _launch(command, env)
+    done.check_returncode()
     return torch.load(out)
 
 
