@@ -377,6 +377,94 @@ def test_whole_row_backward_runs_where_n_fits_its_tile_and_not_the_main_one(tmp_
         assert (entry, tuple(grid), tuple(block)) == (plan.kernel.entry, plan.grid, plan.block)
 
 
+def test_range_kernel_runs_where_n_is_in_its_range(tmp_path):
+    """A tiled build with ``range_*`` params: one more full-width int32 kernel per pass (its
+    own symbol, tile and threads) that runs for ``range_min_n <= N <= range_max_n``, ahead of
+    the plain 16-byte kernel; outside the range, at other widths and in int64 the build runs
+    as without it. Bit-exact in the CPU emulation at N in the range with a partial tile; the
+    native library chooses as runtime/plan.py; params without a range keep their digests."""
+    import shutil
+    from dataclasses import replace
+
+    import torch
+
+    from psa_tvm.compiler.compute import merge_forward
+    from psa_tvm.compiler.rules import get_rule
+    from psa_tvm.compiler.rules.base import params_as_dict
+    from psa_tvm.compiler.rules.tiled import TiledParams
+    from psa_tvm.reference import merge as merge_reference
+    from psa_tvm.runtime import native as native_rt
+    from tests.helpers import bitwise_equal, inputs
+    from tests.test_tiled_slices import EMULATED, emulate
+
+    rule = get_rule("tiled")
+    config = OpConfig(32, 2, "float16")
+    main = TiledParams(tile_n=256, threads=256, row_threads=4, stage_loads=True,
+                       stage_coalesced=True, group_pad_bytes=32, narrow_tile_n=64,
+                       narrow_threads=128)
+    params = replace(main, range_min_n=1024, range_max_n=2048, range_tile_n=128,
+                     range_threads=128)
+    assert params.for_range() == replace(main, tile_n=128, threads=128)
+    assert params.for_variant(2, 4) == main.for_variant(2, 4)  # no range in narrow kernels
+    assert rule.range_kernel(main) is None
+    assert rule.range_kernel(params) == ((1024, 2048), replace(main, tile_n=128, threads=128))
+    assert not any(k.startswith("range_") for k in params_as_dict(main))  # older digests
+    assert BuildRequest(config, "tiled", params).stem != BuildRequest(config, "tiled", main).stem
+    for bad, match in ((replace(params, range_min_n=0), "1 <= range_min_n <= range_max_n"),
+                       (replace(params, range_min_n=4096), "1 <= range_min_n <= range_max_n"),
+                       (replace(params, range_tile_n=256, range_threads=256),
+                        "main kernel's tile"),
+                       (replace(params, range_tile_n=100), "tile_n=100")):
+        with pytest.raises(ValueError, match=match):
+            rule.check_params(config, bad)
+
+    symbol = kernel_symbol("forward", "tiled", 8, "int32", 8, n_range=(1024, 2048))
+    assert symbol == "psa_merge_fwd_tiled_v8n1024to2048_i32"
+    scheduled = schedule_module(BuildRequest(config, "tiled", params))
+    assert scheduled[symbol][0].n_range == (1024, 2048)
+    assert [s for s in scheduled if "n1024to2048" in s] == [
+        symbol, "psa_merge_bwd_tiled_v8n1024to2048_i32"]
+    # the range kernel's schedule in the emulation's form (the register stage's nests apart)
+    kernel = emulate(EMULATED.apply(merge_forward(config, vec=8, name="f"), "forward", config,
+                                    params.for_range(), 8, 8))
+    for n in (1032, 1600):  # 1032 = 8 tiles of 128 + 8 positions
+        lo, hi = (inputs((6, n, 32), torch.float16, "cpu", seed=i) for i in range(2))
+        out = torch.full((3, 2, 2, 32, n), float("nan"), dtype=torch.float16)
+        kernel(lo, hi, out, n // 8)
+        assert bitwise_equal(out.reshape(3, 128, n, 1),
+                             merge_reference(lo, hi, 2, n, 1)), n
+
+    build_artifacts([BuildRequest(config, "tiled", params)], tmp_path, ["sm_90"])
+    (build,) = Manifest.load(tmp_path).builds
+    assert build.schedule_params == params_as_dict(params)
+    entry = f"{symbol}_kernel"
+    (spec,) = [k for k in build.kernels if k.entry == entry]
+    assert (spec.vec, spec.vec_kd, spec.rank, spec.min_n, spec.max_n) == (8, 8, 16, 1024, 2048)
+    grid, block = spec.launch_dims(spec.bind_symbols(
+        {"lo": (32, 1600, 32), "hi": (32, 1600, 32), "out": (16, 2, 2, 32, 1600)}))
+    assert grid[0] == 13 and block[0] == 128  # ceil(1600 / 128) tiles of 128 positions
+    plain = "psa_merge_fwd_tiled_v8_i32_kernel"
+    cases = {1024: entry, 1600: entry, 2048: entry, 1016: plain, 2056: plain, 400: plain,
+             1028: "psa_merge_fwd_tiled_v4k8_i32_kernel"}
+    for n, expected in cases.items():
+        assert choose_kernel(build, "forward", n, "int32", 16, 16 * 128 * n).entry == expected, n
+    assert choose_kernel(build, "forward", 1600, "int64", 16).entry.endswith("_i64_kernel")
+    assert choose_kernel(build, "forward", 1600, "int32", 8).entry != entry  # 8-byte aligned
+
+    if shutil.which("g++") is None or (lib := native_rt.load(tmp_path)) is None:
+        pytest.skip("no native library (g++)")
+    from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
+
+    op = PsaMergeAttnRuntimeOp(32, 2, "float16", artifacts=tmp_path, arch="sm_90")
+    for n in cases:
+        lo, hi = (torch.empty(16 * 2, n, 32, dtype=torch.float16) for _ in range(2))
+        merged = torch.empty(16, 128, n, 1, dtype=torch.float16)
+        plan = op.plan_forward([lo, hi], merged)
+        got, grid, block, *_ = lib.plan_forward(lo, hi, merged, "sm_90")
+        assert (got, tuple(grid), tuple(block)) == (plan.kernel.entry, plan.grid, plan.block), n
+        assert plan.kernel.entry == cases[n]
+
+
 @pytest.mark.parametrize("edge_first", [0, 1])
 def test_edge_first_backward_loads_its_edges_before_the_tile(edge_first):
     """``bwd_edge_first``: an edge tile's element-wise head and tail loads come before the

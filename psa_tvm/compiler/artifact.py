@@ -169,6 +169,16 @@ def schedule_module(request: BuildRequest) -> dict[str, tuple[Variant, Any]]:
                 func = compute(request.config, vec=vec, index_dtype=index_dtype, name=symbol)
                 funcs[symbol] = (Variant(pass_, vec, index_dtype, vec_kd),
                                  rule.apply(func, pass_, request.config, params, vec, vec_kd))
+        if (ranged := rule.range_kernel(params)) is not None:
+            # One more full-width int32 kernel with a tile of its own, for N in its range; the
+            # other widths and int64 keep the main params (docs/native.md, step 3).
+            n_range, range_params = ranged
+            symbol = kernel_symbol(pass_, request.schedule, full_vec, "int32", full_vec,
+                                   op=request.op, n_range=n_range)
+            func = compute(request.config, vec=full_vec, index_dtype="int32", name=symbol)
+            funcs[symbol] = (Variant(pass_, full_vec, "int32", full_vec, n_range=n_range),
+                             rule.apply(func, pass_, request.config, range_params, full_vec,
+                                        full_vec))
     funcs.update(_shifted_variants(request, full_vec))
     return funcs
 

@@ -41,7 +41,8 @@ _FUNCS = {"min": min, "max": max, "Div": _truncdiv, "truncdiv": _truncdiv,
 
 def kernel_symbol(pass_: str, schedule: str, vec: int, index_dtype: str,
                   vec_kd: int | None = None, op: str = "merge", shifted: bool = False,
-                  small: bool = False, whole: bool = False) -> str:
+                  small: bool = False, whole: bool = False,
+                  n_range: tuple[int, int] | None = None) -> str:
     """Global symbol of one kernel variant; TVM appends ``_kernel`` for the device entry.
 
     ``vec`` is the width along N, ``vec_kd`` the width along kd, named only where it differs
@@ -49,12 +50,16 @@ def kernel_symbol(pass_: str, schedule: str, vec: int, index_dtype: str,
     op of the layout family (``merge``, or a pack/stream op of psa_tvm/layouts.py). A shifted
     kernel (16-byte N-side vectors for any N, psa_tvm/compiler/shifted.py) is ``s{vec_kd}``,
     the second, small-call shifted backward of a split build ``s{vec_kd}small`` and the
-    whole-row one (by ``N``) ``s{vec_kd}whole``.
+    whole-row one (by ``N``) ``s{vec_kd}whole``. A plain kernel for a range of ``N`` (a tiled
+    build's ``range_*`` params) appends ``n{first}to{last}``: ``psa_merge_fwd_tiled_v8n1024to2048
+    _i32``.
     """
     short = {"forward": "fwd", "backward": "bwd"}[pass_]
     widths = f"v{vec}" if vec_kd in (None, vec) else f"v{vec}k{vec_kd}"
     extra = "small" if small else "whole" if whole else ""
     widths = f"s{vec_kd}{extra}" if shifted else widths
+    if n_range is not None:
+        widths += f"n{n_range[0]}to{n_range[1]}"
     return f"psa_{op}_{short}_{schedule}_{widths}_{'i64' if index_dtype == 'int64' else 'i32'}"
 
 

@@ -48,6 +48,11 @@ class ScheduleRule(ABC):
         ``N`` only allows a narrow ``vec``.
         """
 
+    def range_kernel(self, params: Any) -> tuple[tuple[int, int], Any] | None:
+        """A full-width int32 kernel ``params`` add for a range of ``N``: ``((first, last),
+        its params)``; None (the default) for none."""
+        return None
+
     def check_params(self, config: OpConfig, params: Any) -> None:  # noqa: B027 - optional hook
         """Raise ``ValueError`` if ``params`` cannot schedule ``config``."""
 

@@ -120,15 +120,45 @@ class TiledParams:
     the stored params at 0."""
     narrow_threads: int = field(default=0, metadata={"omit_default": True})
     """``threads`` of the same narrower kernels; 0: ``threads``. Left out at 0."""
+    range_min_n: int = field(default=0, metadata={"omit_default": True})
+    """With ``range_max_n``: the build also holds a full-width int32 kernel with a tile of its
+    own (``range_tile_n``, ``range_threads``) that runs for ``range_min_n <= N <=
+    range_max_n`` (the launch rule puts a kernel with an ``N`` range ahead of the others of
+    its rank inside it). Why: a call's size cannot tell 64x20x20 from 16x40x40 (both 13 MB in
+    nh 2), ``N`` can, and one tile does not suit both: on the H200 the nh 2 16-bit forward ran
+    16x40x40 8% faster with 128-position tiles and 64x20x20 and 64x40x23 3-10% slower
+    (docs/perf.md v22). Left out of the stored params at 0 (digests unchanged)."""
+    range_max_n: int = field(default=0, metadata={"omit_default": True})
+    """The last ``N`` of the range kernel; 0: no range kernel. Left out at 0."""
+    range_tile_n: int = field(default=0, metadata={"omit_default": True})
+    """``tile_n`` of the range kernel; 0: ``tile_n``. Left out at 0."""
+    range_threads: int = field(default=0, metadata={"omit_default": True})
+    """``threads`` of the range kernel; 0: ``threads``. Left out at 0."""
 
     def for_variant(self, itemsize: int, vec: int) -> TiledParams:
         """The params a kernel with a ``vec``-element N side runs: the ``narrow_*`` ones where
         that side is narrower than ``vec_bytes``."""
         if vec * itemsize >= self.vec_bytes or not (self.narrow_tile_n or self.narrow_threads):
             return self
+        # The range kernel is a full-width one: the narrower kernels have none.
         return replace(self, tile_n=self.narrow_tile_n or self.tile_n,
                        threads=self.narrow_threads or self.threads, narrow_tile_n=0,
-                       narrow_threads=0)
+                       narrow_threads=0, range_min_n=0, range_max_n=0, range_tile_n=0,
+                       range_threads=0)
+
+
+    def n_range(self) -> tuple[int, int] | None:
+        """``(first, last)`` ``N`` of the range kernel, or ``None`` without one."""
+        return (self.range_min_n, self.range_max_n) if self.range_max_n else None
+
+    def for_range(self) -> TiledParams:
+        """The params the range kernel runs: its tile and threads, and no range of its own."""
+        return replace(self, tile_n=self.range_tile_n or self.tile_n,
+                       threads=self.range_threads or self.threads, range_min_n=0,
+                       range_max_n=0, range_tile_n=0, range_threads=0)
+
+
+_RANGE_FIELDS = ("range_min_n", "range_max_n", "range_tile_n", "range_threads")
 
 
 def _pow2_floor(x: int) -> int:
@@ -169,6 +199,7 @@ class Tiled(ScheduleRule):
         narrow = params.for_variant(config.itemsize, 1)
         if narrow is not params:  # the narrower kernels' own tile must fit as well
             self.check_params(config, narrow)
+        self._check_range(config, params)
         vec = self.vector_width(config, params)
         problems = []
         if params.threads % 32 or not 32 <= params.threads <= 1024:
@@ -210,6 +241,30 @@ class Tiled(ScheduleRule):
                             f" when row_threads*vec = key_dim")
         if problems:
             raise ValueError(f"tiled params {params} do not fit {config}: " + "; ".join(problems))
+
+    def _check_range(self, config: OpConfig, params: TiledParams) -> None:
+        """The range kernel's fields: all unset, or a range ``1 <= first <= last`` whose own
+        tile fits (:meth:`check_params` on :meth:`TiledParams.for_range`) and differs from the
+        main kernel's (else the range would add a copy of the same kernel)."""
+        values = {name: getattr(params, name) for name in _RANGE_FIELDS}
+        if not any(values.values()):
+            return
+        if any(v < 0 for v in values.values()) or not 1 <= params.range_min_n \
+                <= params.range_max_n:
+            raise ValueError(f"tiled params {params}: range_min_n and range_max_n must satisfy "
+                             f"1 <= range_min_n <= range_max_n (got {params.range_min_n}, "
+                             f"{params.range_max_n}); range_tile_n and range_threads >= 0")
+        ranged = params.for_range()
+        if (ranged.tile_n, ranged.threads) == (params.tile_n, params.threads):
+            raise ValueError(f"tiled params {params}: range_tile_n/range_threads give the range "
+                             f"kernel the main kernel's tile ({params.tile_n} positions, "
+                             f"{params.threads} threads); set one of them to another value")
+        self.check_params(config, ranged)
+
+    def range_kernel(self, params: TiledParams) -> tuple[tuple[int, int], TiledParams] | None:
+        """The build's kernel for an ``N`` range: ``((first, last), its params)``, or None."""
+        rows = params.n_range()
+        return None if rows is None else (rows, params.for_range())
 
     def apply(self, func: PrimFunc, pass_: Pass, config: OpConfig, params: TiledParams,
               vec: int, vec_kd: int | None = None) -> PrimFunc:
