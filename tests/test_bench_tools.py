@@ -160,6 +160,72 @@ def test_tune_select_worst_objective_and_min_mb(tmp_path):
     assert chosen("--min-mb", "8")[0] == 64  # geomean over the big ones: 0.995 vs 0.955
 
 
+def test_tune_select_adds_a_range_kernel_where_n_is_in_the_range(tmp_path):
+    """`--n-range FIRST:LAST`: a candidate that differs from the chosen set only in tile_n and
+    threads is fastest at the shape whose N is in the range; the entry keeps the chosen set
+    and adds the candidate's tile as its range kernel, that shape's record marked "range". A
+    candidate differing in anything else is never the range kernel; a gain within
+    SHIFTED_MIN_GAIN is not taken, nor is one without the flag; a bad range is refused."""
+    import json
+
+    from psa_tvm.compiler.rules.base import params_as_dict
+    from psa_tvm.compiler.rules.tiled import TiledParams
+    from psa_tvm.tools import tune
+
+    config = OpConfig(8, 1, "float32")
+    sets = {"main": TiledParams(tile_n=128, threads=128, row_threads=2),
+            "small": TiledParams(tile_n=64, threads=64, row_threads=2),
+            "other": TiledParams(tile_n=64, threads=64, row_threads=1)}
+    build_artifacts([BuildRequest(config, "tiled", p, preferred=False) for p in sets.values()],
+                    tmp_path, ["sm_90"], native=False)
+    by_params = {json.dumps(b.schedule_params, sort_keys=True): str(b.source.relative_to(tmp_path))
+                 for b in Manifest.load(tmp_path).builds}
+    source = {name: by_params[json.dumps(params_as_dict(p), sort_keys=True)]
+              for name, p in sets.items()}
+    in_range, shapes = (64, 40, 40), ((64, 40, 40), (64, 80, 80), (64, 20, 20))
+    results = tmp_path / "r.jsonl"
+
+    def write(range_gain: float, other_in_range: float = 0.5) -> None:
+        # main: 0.90 in the range and 1.0 elsewhere; small: 1.0 in the range, 0.6 elsewhere
+        fractions = {"main": {s: 0.9 if s == in_range else 1.0 for s in shapes},
+                     "small": {s: 0.9 * (1 + range_gain) if s == in_range else 0.6
+                               for s in shapes},
+                     "other": {s: other_in_range if s == in_range else 0.5 for s in shapes}}
+        results.write_text("".join(json.dumps({
+            "source": source[name], "pass": "forward", "shape": list(shape), "us": 10 / f,
+            "copy_us": 10.0, "variant": [1, 1]}) + "\n"
+            for name, per_shape in fractions.items() for shape, f in per_shape.items()))
+
+    out = tmp_path / "table.json"
+
+    def select(*extra: str) -> dict:
+        assert tune.main(["select", "--artifacts", str(tmp_path), "-o", str(out), "--results",
+                          str(results), "--shapes", "64,40,40;64,80,80;64,20,20",
+                          "--objective", "worst", *extra]) == 0
+        (entry,) = [e for e in json.loads(out.read_text())["entries"] if e["pass"] == "forward"]
+        return entry
+
+    write(0.1)
+    entry = select("--n-range", "1024:2048")
+    assert entry["params"] == {**params_as_dict(sets["main"]), "range_min_n": 1024,
+                               "range_max_n": 2048, "range_tile_n": 64, "range_threads": 64}
+    assert [(t["shape"], t.get("kernel"), t["fraction_of_copy"]) for t in entry["tuned_on"]] == [
+        ([64, 40, 40], "range", 0.99), ([64, 80, 80], None, 1.0), ([64, 20, 20], None, 1.0)]
+    assert TiledParams(**entry["params"]).n_range() == (1024, 2048)
+    # without the flag, or with a range no tuned shape is in: the chosen set alone
+    assert select()["params"] == params_as_dict(sets["main"])
+    assert select("--n-range", "2000:3000")["params"] == params_as_dict(sets["main"])
+    # a range kernel within the noise of the chosen set is not taken
+    write(0.005)
+    assert select("--n-range", "1024:2048")["params"] == params_as_dict(sets["main"])
+    # "other" (another row_threads) is faster in the range but may not be the range kernel
+    write(0.005, other_in_range=0.99)
+    assert select("--n-range", "1024:2048")["params"] == params_as_dict(sets["main"])
+    for bad in ("2048:1024", "0:10", "1024"):
+        with pytest.raises(SystemExit, match="--n-range"):
+            select("--n-range", bad)
+
+
 def _shifted_pair(tmp_path):
     """Two shifted candidates of one tiled build: one with a faster forward set, one with a
     faster backward set (their fields differ from the defaults); their sources by name."""

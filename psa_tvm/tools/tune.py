@@ -18,7 +18,9 @@ scores only the kernels it tunes, and each entry says which kernel ran on which 
 ``select --split-backward`` may make the shifted backward two candidates' kernels, one below a
 call size and one from it on (``ShiftedParams.bwd_small_below``); ``select --whole-backward``
 may add a third, a candidate's larger tile where ``N`` fits it and not the chosen one's
-(``ShiftedParams.bwd_whole_tile_n``).
+(``ShiftedParams.bwd_whole_tile_n``). ``select --n-range FIRST:LAST`` may give a tiled pass
+a second tile for ``FIRST <= N <= LAST``: a candidate that differs from the chosen set only in
+``tile_n``/``threads`` (``TiledParams.range_*``).
 
 Every timing also checks its result bit-exact against the reference (``"exact"``); ``select``
 never picks a candidate that was inexact in any run.
@@ -458,6 +460,7 @@ def _choose(per_source: dict, config: tuple[str, int, int], shapes: tuple,
 def cmd_select(args: argparse.Namespace) -> int:
     shapes = _parse_shapes(args.shapes)  # the options first: a bad one reads nothing
     shifted_shapes = _parse_shapes(args.shifted_shapes, SHIFTED_TUNE_SHAPES, "--shifted-shapes")
+    n_range = parse_n_range(args.n_range)
     root = Path(args.artifacts)
     manifest = Manifest.load(root)
     by_source = {str(b.source.relative_to(root)): b for b in manifest.builds if b.op == "merge"}
@@ -477,9 +480,14 @@ def cmd_select(args: argparse.Namespace) -> int:
                              args.min_gain, args.objective, args.min_mb)) is None:
             continue
         best, fraction, tuned_on, compared = found
+        params = by_source[best].schedule_params
+        if n_range is not None and (ranged := _range_kernel(
+                per_source, {s: by_source[s].schedule_params for s in per_source}, best,
+                tuned_on, n_range, args.objective)) is not None:
+            params, fraction, tuned_on = ranged
         entries.append({"pass": pass_, "dtype": dtype, "key_dim": key_dim,
                         "num_heads": num_heads, "schedule": by_source[best].schedule,
-                        "params": by_source[best].schedule_params,
+                        "params": params,
                         "fraction_of_copy": round(fraction, 4), "candidates": compared,
                         **({"objective": args.objective} if args.objective != "geomean"
                            else {}),
@@ -495,6 +503,10 @@ def cmd_select(args: argparse.Namespace) -> int:
     before = {_shifted_key(e): e for e in previous.get("shifted", [])}
     for entry in shifted_entries:
         _keep_untimed_passes(entry, before.get(_shifted_key(entry), {}))
+    # The shapes the shifted entries were selected on: this run's where it selected any, else
+    # the kept table's (a tiled-only run must not relabel them with the defaults).
+    shifted_on = ([list(s) for s in shifted_shapes] if shifted_entries
+                  else previous.get("shifted_tune_shapes", [list(s) for s in shifted_shapes]))
     fresh = {_shifted_key(e) for e in shifted_entries}
     shifted_entries = sorted([e for e in previous.get("shifted", [])
                               if _shifted_key(e) not in fresh] + shifted_entries,
@@ -502,7 +514,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     table = {"arch": args.arch, "generated_by": "scripts/tune.py select",
              "tune_shapes": [list(s) for s in TUNE_SHAPES], "entries": entries}
     if shifted_entries:
-        table["shifted_tune_shapes"] = [list(s) for s in shifted_shapes]
+        table["shifted_tune_shapes"] = shifted_on
         table["shifted"] = shifted_entries
     out.write_text(json.dumps(table, indent=1) + "\n")
     for e in entries:
@@ -665,7 +677,7 @@ def _one_backward(fields: dict) -> bool:
 
 
 def _gains(score: tuple[float, float], single: tuple[float, float]) -> bool:
-    """Whether a split or whole-row ``score`` (objective, geometric mean) is worth its extra
+    """Whether a split, whole-row or range ``score`` (objective, geometric mean) is worth its extra
     kernel over ``single``'s: :data:`SHIFTED_MIN_GAIN` on the objective, or as good there and
     that much on the geometric mean (a worst shape both share must not hide what it gains on
     the others)."""
@@ -711,6 +723,68 @@ def _whole_backward(per_source: dict, fields_of, fields: dict, tuned_on: list[di
                "fraction_of_copy": round(per_source[source][s][0], 4)} if s in rows else t
               for s, t in current.items()]
     return ({k: getattr(params, k) for k in fields}, round(fraction, 4), record)
+
+
+#: The tiled params a range kernel has of its own (``TiledParams.range_*``).
+_RANGE_TILE = ("tile_n", "threads")
+_RANGE_FIELDS = ("range_min_n", "range_max_n", "range_tile_n", "range_threads")
+
+
+def parse_n_range(text: str | None) -> tuple[int, int] | None:
+    """``--n-range FIRST:LAST`` -> ``(FIRST, LAST)``, ``1 <= FIRST <= LAST``."""
+    if text is None:
+        return None
+    try:
+        first, last = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise SystemExit(f"--n-range: expected FIRST:LAST (two integers), got {text!r}") from None
+    if not 1 <= first <= last:
+        raise SystemExit(f"--n-range: expected 1 <= FIRST <= LAST, got {text!r}")
+    return first, last
+
+
+def _range_kernel(per_source: dict, params_of: dict[str, dict], chosen: str,
+                  tuned_on: list[dict], n_range: tuple[int, int], objective: str
+                  ) -> tuple[dict, float, list[dict]] | None:
+    """The chosen tiled set with a range kernel for ``FIRST <= N <= LAST`` (``n_range``):
+    candidate ``c``'s tile and threads, over the candidates that differ from ``chosen`` in
+    nothing else. At the shapes whose ``N`` is in the range and where both ran the full-width
+    kernel (the one a range kernel replaces) ``c``'s timings stand, elsewhere ``tuned_on``'s.
+    ``None`` unless that beats ``tuned_on`` as :func:`_gains` says; else (params, geometric
+    mean, per-shape record with the range shapes marked)."""
+    base = params_of[chosen]
+    if any(base.get(f) for f in _RANGE_FIELDS):
+        return None  # the chosen set has a range kernel already (a table's entry)
+    rest = {k: v for k, v in base.items() if k not in _RANGE_TILE}
+    full = max(t["variant"][0] for t in tuned_on)
+    current = {tuple(t["shape"]): t for t in tuned_on}
+    single = [t["fraction_of_copy"] for t in tuned_on]
+    single_score = (_score(single, objective), _score(single, "geomean"))
+    first, last = n_range
+    best = None
+    for source, timings in sorted(per_source.items()):
+        other = params_of[source]
+        if source == chosen or any(other.get(f) for f in _RANGE_FIELDS) or \
+                {k: v for k, v in other.items() if k not in _RANGE_TILE} != rest:
+            continue
+        rows = {s for s, t in current.items() if first <= s[1] * s[2] <= last and s in timings
+                and list(t["variant"]) == [full, full] == list(timings[s][1])}
+        if not rows:
+            continue
+        fractions = [timings[s][0] if s in rows else current[s]["fraction_of_copy"]
+                     for s in current]
+        score = (_score(fractions, objective), _score(fractions, "geomean"))
+        if best is None or score > best[0]:
+            best = (score, source, rows)
+    if best is None or not _gains(best[0], single_score):
+        return None
+    (_, fraction), source, rows = best
+    params = {**base, "range_min_n": first, "range_max_n": last,
+              "range_tile_n": params_of[source]["tile_n"],
+              "range_threads": params_of[source]["threads"]}
+    record = [{**t, "kernel": "range", "fraction_of_copy": round(per_source[source][s][0], 4)}
+              if s in rows else t for s, t in current.items()]
+    return params, round(fraction, 4), record
 
 
 def _entry_key(entry: dict) -> tuple:
@@ -790,6 +864,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     select.add_argument("--whole-backward", action="store_true",
                         help="the shifted backward may add a candidate's larger tile where N "
                              "fits it and not the chosen one's (bwd_whole_* fields)")
+    select.add_argument("--n-range", default=None, metavar="FIRST:LAST",
+                        help="a tiled pass may add a candidate's tile_n/threads for FIRST <= N "
+                             "<= LAST where that beats the chosen set (range_* fields; the "
+                             "candidate must differ from it in nothing else)")
     select.add_argument("--split-backward", action="store_true",
                         help="let the shifted backward be two candidates' kernels, one below "
                              "a call size and one from it on, where that beats the best single "
