@@ -14,7 +14,7 @@ import torch
 
 from psa_tvm import reference
 from psa_tvm.config import OpConfig
-from psa_tvm.runtime.tuned import tuned_shifted_entry
+from psa_tvm.runtime.tuned import tuned_entry, tuned_shifted_entry
 from tests.helpers import DTYPES, bitwise_equal, inputs, poisoned
 from tests.test_gpu import runtime_op
 
@@ -89,7 +89,7 @@ def test_every_int32_variant_is_reached_and_bit_exact(gpu_artifacts, config):
             alignment = max(vec_kd, vec) * itemsize
             offset = 0 if alignment == 16 else alignment // itemsize
             height, width = GRID_FOR_WIDTH[vec]
-            if kernel_spec.max_n:  # a whole-row backward: one row of an N in its range
+            if kernel_spec.max_n:  # a whole-row backward or a range kernel: one row in range
                 height, width = 1, next(n for n in range(kernel_spec.min_n, kernel_spec.max_n + 1)
                                         if min(full, n & -n) == vec)
             # Small calls keep the plain kernels; the shifted one needs min_numel elements.
@@ -212,6 +212,39 @@ def test_whole_row_backward_inside_and_outside_its_rows(gpu_artifacts, config):
             assert kernel.shifted and whole == (first <= height * width <= last), (
                 height, width, batch, kernel.entry)
             ran.add(whole)
+    assert ran == {True, False}
+
+
+# The configurations whose shipped table gives a tiled pass a range kernel by N.
+RANGE_CASES = [(c, p) for c in (OpConfig(32, nh, d) for nh in (2, 4, 6) for d in DTYPES)
+               for p in ("forward", "backward")
+               if ((entry := tuned_entry("sm_90", p, c)) is not None
+                   and entry["params"].get("range_max_n"))]
+
+
+@pytest.mark.parametrize("config,pass_", RANGE_CASES,
+                         ids=lambda v: v.tag if isinstance(v, OpConfig) else v)
+def test_range_kernel_inside_and_outside_its_range(gpu_artifacts, config, pass_):
+    """A tiled range kernel (``TiledParams.range_*``): it runs for ``range_min_n <= N <=
+    range_max_n`` where ``N % vec == 0`` and the data is 16-byte aligned (both ends of the
+    range, a YOLO square and a partial tile inside it), the plain kernels just outside it, at a
+    narrower N side inside it and on an 8-byte aligned view; bit-exact with canaries, at
+    batch 1 and 16."""
+    op = runtime_op(str(gpu_artifacts), config.key_dim, config.num_heads, config.dtype, "tiled")
+    params = tuned_entry("sm_90", pass_, config)["params"]
+    first, last = params["range_min_n"], params["range_max_n"]
+    full = 16 // config.itemsize
+    check = check_forward if pass_ == "forward" else check_backward
+    inside = [(1, first), (1, last), (40, 40), (1, first + full)]
+    outside = [(1, first - full), (1, last + full), (1, first + full // 2)]
+    ran = set()
+    for (height, width), offset in [*((g, 0) for g in inside + outside), ((40, 40), full // 2)]:
+        for batch in (1, 16):
+            kernel = check(op, config, batch, height, width, offset, seed=batch + width)
+            expected = (first <= height * width <= last and (height * width) % full == 0
+                        and offset == 0)
+            assert (kernel.max_n > 0) == expected, (height, width, offset, kernel.entry)
+            ran.add(kernel.max_n > 0)
     assert ran == {True, False}
 
 
