@@ -697,20 +697,36 @@ def _whole_backward(per_source: dict, fields_of, fields: dict, tuned_on: list[di
 
     from psa_tvm.compiler.shifted import ShiftedParams, whole_backward_rows, with_whole_backward
 
-    current = {tuple(t["shape"]): t for t in tuned_on}
+    current = [tuple(t["shape"]) for t in tuned_on]
     chosen = replace(ShiftedParams(), **fields)  # only its backward fields are read
-    single = [t["fraction_of_copy"] for t in tuned_on]
-    single_score = (_score(single, objective), _score(single, "geomean"))
-    best = None
+    rows_of = {}
     for source, timings in per_source.items():
         candidate = ShiftedParams(**fields_of(source))
         if not _one_backward(fields_of(source)) or candidate.bwd_tile_n <= chosen.bwd_tile_n:
             continue
         first, last = whole_backward_rows(with_whole_backward(chosen, candidate))
-        rows = {s for s in current if first <= s[1] * s[2] <= last and s in timings}
+        rows_of[source] = {s for s in current if first <= s[1] * s[2] <= last and s in timings}
+    if (found := _best_extra_kernel(per_source, tuned_on, rows_of, objective, "whole")) is None:
+        return None
+    source, fraction, record = found
+    params = with_whole_backward(chosen, ShiftedParams(**fields_of(source)))
+    return ({k: getattr(params, k) for k in fields}, fraction, record)
+
+
+def _best_extra_kernel(per_source: dict, tuned_on: list[dict], rows_of: dict[str, set],
+                       objective: str, kernel: str) -> tuple[str, float, list[dict]] | None:
+    """Of the candidates in ``rows_of`` (source -> the shapes where its kernel would run as the
+    extra one), the one whose timings there, with ``tuned_on``'s elsewhere, score best; None
+    unless that beats ``tuned_on`` as :func:`_gains` says. Else (source, geometric mean,
+    per-shape record with its shapes marked ``kernel``)."""
+    current = {tuple(t["shape"]): t for t in tuned_on}
+    single = [t["fraction_of_copy"] for t in tuned_on]
+    single_score = (_score(single, objective), _score(single, "geomean"))
+    best = None
+    for source, rows in rows_of.items():
         if not rows:
             continue
-        fractions = [timings[s][0] if s in rows else current[s]["fraction_of_copy"]
+        fractions = [per_source[source][s][0] if s in rows else current[s]["fraction_of_copy"]
                      for s in current]
         score = (_score(fractions, objective), _score(fractions, "geomean"))
         if best is None or score > best[0]:
@@ -718,11 +734,10 @@ def _whole_backward(per_source: dict, fields_of, fields: dict, tuned_on: list[di
     if best is None or not _gains(best[0], single_score):
         return None
     (_, fraction), source, rows = best
-    params = with_whole_backward(chosen, ShiftedParams(**fields_of(source)))
-    record = [{**t, "kernel": "whole", "variant": per_source[source][s][1],
+    record = [{**t, "kernel": kernel, "variant": per_source[source][s][1],
                "fraction_of_copy": round(per_source[source][s][0], 4)} if s in rows else t
               for s, t in current.items()]
-    return ({k: getattr(params, k) for k in fields}, round(fraction, 4), record)
+    return source, round(fraction, 4), record
 
 
 #: The tiled params a range kernel has of its own (``TiledParams.range_*``).
@@ -757,34 +772,26 @@ def _range_kernel(per_source: dict, params_of: dict[str, dict], chosen: str,
         return None  # the chosen set has a range kernel already (a table's entry)
     rest = {k: v for k, v in base.items() if k not in _RANGE_TILE}
     full = max(t["variant"][0] for t in tuned_on)
-    current = {tuple(t["shape"]): t for t in tuned_on}
-    single = [t["fraction_of_copy"] for t in tuned_on]
-    single_score = (_score(single, objective), _score(single, "geomean"))
     first, last = n_range
-    best = None
+    # the shapes in the range where the chosen set ran its full-width kernel
+    in_range = {tuple(t["shape"]) for t in tuned_on
+                if first <= t["shape"][1] * t["shape"][2] <= last
+                and list(t["variant"]) == [full, full]}
+    rows_of = {}
     for source, timings in sorted(per_source.items()):
         other = params_of[source]
         if source == chosen or any(other.get(f) for f in _RANGE_FIELDS) or \
                 {k: v for k, v in other.items() if k not in _RANGE_TILE} != rest:
             continue
-        rows = {s for s, t in current.items() if first <= s[1] * s[2] <= last and s in timings
-                and list(t["variant"]) == [full, full] == list(timings[s][1])}
-        if not rows:
-            continue
-        fractions = [timings[s][0] if s in rows else current[s]["fraction_of_copy"]
-                     for s in current]
-        score = (_score(fractions, objective), _score(fractions, "geomean"))
-        if best is None or score > best[0]:
-            best = (score, source, rows)
-    if best is None or not _gains(best[0], single_score):
+        rows_of[source] = {s for s in in_range
+                           if s in timings and list(timings[s][1]) == [full, full]}
+    if (found := _best_extra_kernel(per_source, tuned_on, rows_of, objective, "range")) is None:
         return None
-    (_, fraction), source, rows = best
+    source, fraction, record = found
     params = {**base, "range_min_n": first, "range_max_n": last,
               "range_tile_n": params_of[source]["tile_n"],
               "range_threads": params_of[source]["threads"]}
-    record = [{**t, "kernel": "range", "fraction_of_copy": round(per_source[source][s][0], 4)}
-              if s in rows else t for s, t in current.items()]
-    return params, round(fraction, 4), record
+    return params, fraction, record
 
 
 def _entry_key(entry: dict) -> tuple:
