@@ -161,10 +161,11 @@ def test_tune_select_worst_objective_and_min_mb(tmp_path):
 
 
 def test_tune_select_adds_a_range_kernel_where_n_is_in_the_range(tmp_path):
-    """`--n-range FIRST:LAST`: a candidate that differs from the chosen set only in tile_n and
-    threads is fastest at the shape whose N is in the range; the entry keeps the chosen set
-    and adds the candidate's tile as its range kernel, that shape's record marked "range". A
-    candidate differing in anything else is never the range kernel; a gain within
+    """`--n-range FIRST:LAST`: a candidate whose full-width kernel differs from the chosen
+    set's only in tile_n and threads is fastest at the shape whose N is in the range; the entry
+    keeps the chosen set and adds the candidate's tile as its range kernel, that shape's record
+    marked "range". A candidate whose full-width kernel differs in anything else is never the
+    range kernel; a gain within
     SHIFTED_MIN_GAIN is not taken, nor is one without the flag; a bad range is refused."""
     import json
 
@@ -173,8 +174,10 @@ def test_tune_select_adds_a_range_kernel_where_n_is_in_the_range(tmp_path):
     from psa_tvm.tools import tune
 
     config = OpConfig(8, 1, "float32")
+    # "small"'s full-width kernel differs from "main"'s only in its tile (its narrow_* fields
+    # are read by the narrower kernels alone); "other"'s also in row_threads
     sets = {"main": TiledParams(tile_n=128, threads=128, row_threads=2),
-            "small": TiledParams(tile_n=64, threads=64, row_threads=2),
+            "small": TiledParams(tile_n=64, threads=64, row_threads=2, narrow_tile_n=32),
             "other": TiledParams(tile_n=64, threads=64, row_threads=1)}
     build_artifacts([BuildRequest(config, "tiled", p, preferred=False) for p in sets.values()],
                     tmp_path, ["sm_90"], native=False)

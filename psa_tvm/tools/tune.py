@@ -19,8 +19,8 @@ scores only the kernels it tunes, and each entry says which kernel ran on which 
 call size and one from it on (``ShiftedParams.bwd_small_below``); ``select --whole-backward``
 may add a third, a candidate's larger tile where ``N`` fits it and not the chosen one's
 (``ShiftedParams.bwd_whole_tile_n``). ``select --n-range FIRST:LAST`` may give a tiled pass
-a second tile for ``FIRST <= N <= LAST``: a candidate that differs from the chosen set only in
-``tile_n``/``threads`` (``TiledParams.range_*``).
+a second tile for ``FIRST <= N <= LAST``: a candidate whose full-width kernel differs from the
+chosen set's only in ``tile_n``/``threads`` (``TiledParams.range_*``).
 
 Every timing also checks its result bit-exact against the reference (``"exact"``); ``select``
 never picks a candidate that was inexact in any run.
@@ -742,6 +742,8 @@ def _best_extra_kernel(per_source: dict, tuned_on: list[dict], rows_of: dict[str
 
 #: The tiled params a range kernel has of its own (``TiledParams.range_*``).
 _RANGE_TILE = ("tile_n", "threads")
+#: Params the full-width kernels do not read: a candidate may differ in these too.
+_NARROW_ONLY = ("narrow_tile_n", "narrow_threads")
 _RANGE_FIELDS = ("range_min_n", "range_max_n", "range_tile_n", "range_threads")
 
 
@@ -762,15 +764,16 @@ def _range_kernel(per_source: dict, params_of: dict[str, dict], chosen: str,
                   tuned_on: list[dict], n_range: tuple[int, int], objective: str
                   ) -> tuple[dict, float, list[dict]] | None:
     """The chosen tiled set with a range kernel for ``FIRST <= N <= LAST`` (``n_range``):
-    candidate ``c``'s tile and threads, over the candidates that differ from ``chosen`` in
-    nothing else. At the shapes whose ``N`` is in the range and where both ran the full-width
+    candidate ``c``'s tile and threads, over the candidates whose full-width kernel differs from
+    ``chosen``'s in nothing else (their ``narrow_*`` fields, which only the narrower kernels
+    read, may differ). At the shapes whose ``N`` is in the range and where both ran the full-width
     kernel (the one a range kernel replaces) ``c``'s timings stand, elsewhere ``tuned_on``'s.
     ``None`` unless that beats ``tuned_on`` as :func:`_gains` says; else (params, geometric
     mean, per-shape record with the range shapes marked)."""
     base = params_of[chosen]
     if any(base.get(f) for f in _RANGE_FIELDS):
         return None  # the chosen set has a range kernel already (a table's entry)
-    rest = {k: v for k, v in base.items() if k not in _RANGE_TILE}
+    rest = {k: v for k, v in base.items() if k not in _RANGE_TILE + _NARROW_ONLY}
     full = max(t["variant"][0] for t in tuned_on)
     first, last = n_range
     # the shapes in the range where the chosen set ran its full-width kernel
@@ -781,7 +784,7 @@ def _range_kernel(per_source: dict, params_of: dict[str, dict], chosen: str,
     for source, timings in sorted(per_source.items()):
         other = params_of[source]
         if source == chosen or any(other.get(f) for f in _RANGE_FIELDS) or \
-                {k: v for k, v in other.items() if k not in _RANGE_TILE} != rest:
+                {k: v for k, v in other.items() if k not in _RANGE_TILE + _NARROW_ONLY} != rest:
             continue
         rows_of[source] = {s for s in in_range
                            if s in timings and list(timings[s][1]) == [full, full]}
@@ -874,7 +877,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     select.add_argument("--n-range", default=None, metavar="FIRST:LAST",
                         help="a tiled pass may add a candidate's tile_n/threads for FIRST <= N "
                              "<= LAST where that beats the chosen set (range_* fields; the "
-                             "candidate must differ from it in nothing else)")
+                             "candidate's full-width kernel must differ from the set's in "
+                             "nothing else)")
     select.add_argument("--split-backward", action="store_true",
                         help="let the shifted backward be two candidates' kernels, one below "
                              "a call size and one from it on, where that beats the best single "
