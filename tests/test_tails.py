@@ -238,18 +238,47 @@ def test_tails_keep_16_byte_kd_accesses(tail_manifest):
         assert (kernel.vec_kd, kernel.vec) == ((4, 4) if build.config.itemsize == 2 else (2, 2))
 
 
+def _native_plans_match(root, config: OpConfig, pass_: str, calls) -> dict:
+    """For each ``(batch, N)`` call of ``pass_``: the native library's kernel, grid and block
+    equal the RuntimeOp's (skips without g++). Returns the RuntimeOp's entry per call."""
+    import shutil
+
+    import torch
+
+    from psa_tvm.runtime import native as native_rt
+    from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
+
+    if shutil.which("g++") is None or (lib := native_rt.load(root)) is None:
+        pytest.skip("no native library (g++)")
+    dtype = getattr(torch, config.dtype)
+    op = PsaMergeAttnRuntimeOp(config.key_dim, config.num_heads, config.dtype, artifacts=root,
+                               arch="sm_90")
+    entries = {}
+    for batch, n in calls:
+        merged = torch.empty(batch, config.channels, n, 1, dtype=dtype)
+        halves = [torch.empty(batch * config.num_heads, n, config.key_dim, dtype=dtype)
+                  for _ in range(2)]
+        if pass_ == "forward":
+            plan = op.plan_forward(halves, merged)
+            native = lib.plan_forward(*halves, merged, "sm_90")
+        else:
+            plan = op.plan_backward(merged, halves)
+            native = lib.plan_backward(merged, *halves, "sm_90")
+        entry, grid, block, *_ = native
+        assert (entry, tuple(grid), tuple(block)) == (plan.kernel.entry, plan.grid,
+                                                      plan.block), (batch, n)
+        entries[batch, n] = plan.kernel.entry
+    return entries
+
+
 def test_split_shifted_backward_runs_its_small_kernel_below_the_size(tmp_path):
     """A build with ``bwd_small_below``: a second shifted backward (its own symbol, tile and
     threads) runs from 2**21 merged elements up to that size, the main one from it on, both
     for odd N and (second records) N % 8 == 0; the forward and the plain kernels are
     unchanged. The native library chooses the same kernels as runtime/plan.py."""
-    import shutil
     from dataclasses import replace
 
-    import torch
-
     from psa_tvm.compiler import shifted
-    from psa_tvm.runtime import native as native_rt
 
     config = OpConfig(16, 2, "float16")  # merged elements: 64 * B * N
     base = shifted.default_params(config)
@@ -292,17 +321,8 @@ def test_split_shifted_backward_runs_its_small_kernel_below_the_size(tmp_path):
                 n == 1073 and numel >= 1 << 21)
     assert choose_kernel(build, "backward", 1073, "int32", 16).entry == main_bwd  # any size
 
-    if shutil.which("g++") is None or (lib := native_rt.load(tmp_path)) is None:
-        pytest.skip("no native library (g++)")
-    from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
-
-    op = PsaMergeAttnRuntimeOp(16, 2, "float16", artifacts=tmp_path, arch="sm_90")
-    for batch, n in ((8, 1073), (40, 1073), (64, 1073), (40, 1600), (64, 1600)):
-        g = torch.empty(batch, 64, n, 1, dtype=torch.float16)
-        d_lo, d_hi = (torch.empty(batch * 2, n, 16, dtype=torch.float16) for _ in range(2))
-        plan = op.plan_backward(g, [d_lo, d_hi])
-        entry, grid, block, *_ = lib.plan_backward(g, d_lo, d_hi, "sm_90")
-        assert (entry, tuple(grid), tuple(block)) == (plan.kernel.entry, plan.grid, plan.block)
+    _native_plans_match(tmp_path, config, "backward",
+                        ((8, 1073), (40, 1073), (64, 1073), (40, 1600), (64, 1600)))
 
 
 def test_whole_row_backward_runs_where_n_fits_its_tile_and_not_the_main_one(tmp_path):
@@ -311,13 +331,9 @@ def test_whole_row_backward_runs_where_n_fits_its_tile_and_not_the_main_one(tmp_
     elements, ahead of a split's small and main kernels, both for odd N and (second records)
     N % 8 == 0; outside that range the build chooses as without it. The native library
     chooses the same kernels as runtime/plan.py."""
-    import shutil
     from dataclasses import replace
 
-    import torch
-
     from psa_tvm.compiler import shifted
-    from psa_tvm.runtime import native as native_rt
     from psa_tvm.runtime.tuned import shifted_record
 
     config = OpConfig(16, 2, "float16")  # merged elements: 64 * B * N
@@ -364,17 +380,7 @@ def test_whole_row_backward_runs_where_n_fits_its_tile_and_not_the_main_one(tmp_
     assert choose_kernel(build, "backward", 1600, "int32", 16).entry == main_bwd
     assert not any(k.max_n for k in build.kernels if k.pass_ == "forward")
 
-    if shutil.which("g++") is None or (lib := native_rt.load(tmp_path)) is None:
-        pytest.skip("no native library (g++)")
-    from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
-
-    op = PsaMergeAttnRuntimeOp(16, 2, "float16", artifacts=tmp_path, arch="sm_90")
-    for n, batch in cases:
-        g = torch.empty(batch, 64, n, 1, dtype=torch.float16)
-        d_lo, d_hi = (torch.empty(batch * 2, n, 16, dtype=torch.float16) for _ in range(2))
-        plan = op.plan_backward(g, [d_lo, d_hi])
-        entry, grid, block, *_ = lib.plan_backward(g, d_lo, d_hi, "sm_90")
-        assert (entry, tuple(grid), tuple(block)) == (plan.kernel.entry, plan.grid, plan.block)
+    _native_plans_match(tmp_path, config, "backward", [(batch, n) for n, batch in cases])
 
 
 def test_range_kernel_runs_where_n_is_in_its_range(tmp_path):
@@ -383,7 +389,6 @@ def test_range_kernel_runs_where_n_is_in_its_range(tmp_path):
     the plain 16-byte kernel; outside the range, at other widths and in int64 the build runs
     as without it. Bit-exact in the CPU emulation at N in the range with a partial tile; the
     native library chooses as runtime/plan.py; params without a range keep their digests."""
-    import shutil
     from dataclasses import replace
 
     import torch
@@ -393,7 +398,6 @@ def test_range_kernel_runs_where_n_is_in_its_range(tmp_path):
     from psa_tvm.compiler.rules.base import params_as_dict
     from psa_tvm.compiler.rules.tiled import TiledParams
     from psa_tvm.reference import merge as merge_reference
-    from psa_tvm.runtime import native as native_rt
     from tests.helpers import bitwise_equal, inputs
     from tests.test_tiled_slices import EMULATED, emulate
 
@@ -451,18 +455,8 @@ def test_range_kernel_runs_where_n_is_in_its_range(tmp_path):
     assert choose_kernel(build, "forward", 1600, "int64", 16).entry.endswith("_i64_kernel")
     assert choose_kernel(build, "forward", 1600, "int32", 8).entry != entry  # 8-byte aligned
 
-    if shutil.which("g++") is None or (lib := native_rt.load(tmp_path)) is None:
-        pytest.skip("no native library (g++)")
-    from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
-
-    op = PsaMergeAttnRuntimeOp(32, 2, "float16", artifacts=tmp_path, arch="sm_90")
-    for n in cases:
-        lo, hi = (torch.empty(16 * 2, n, 32, dtype=torch.float16) for _ in range(2))
-        merged = torch.empty(16, 128, n, 1, dtype=torch.float16)
-        plan = op.plan_forward([lo, hi], merged)
-        got, grid, block, *_ = lib.plan_forward(lo, hi, merged, "sm_90")
-        assert (got, tuple(grid), tuple(block)) == (plan.kernel.entry, plan.grid, plan.block), n
-        assert plan.kernel.entry == cases[n]
+    ran = _native_plans_match(tmp_path, config, "forward", [(16, n) for n in cases])
+    assert ran == {(16, n): entry for n, entry in cases.items()}
 
 
 @pytest.mark.parametrize("edge_first", [0, 1])
