@@ -740,11 +740,15 @@ def _best_extra_kernel(per_source: dict, tuned_on: list[dict], rows_of: dict[str
     return source, round(fraction, 4), record
 
 
-#: The tiled params a range kernel has of its own (``TiledParams.range_*``).
-_RANGE_TILE = ("tile_n", "threads")
-#: Params the full-width kernels do not read: a candidate may differ in these too.
-_NARROW_ONLY = ("narrow_tile_n", "narrow_threads")
-_RANGE_FIELDS = ("range_min_n", "range_max_n", "range_tile_n", "range_threads")
+#: What a range kernel may differ in from the chosen set's full-width kernel: its own tile
+#: (``TiledParams.range_*``), and the fields only the narrower kernels read.
+_NOT_IN_FULL_WIDTH = ("tile_n", "threads", "narrow_tile_n", "narrow_threads")
+
+
+def _full_width_rest(params: dict) -> dict:
+    """Stored tiled params without :data:`_NOT_IN_FULL_WIDTH`: equal for two sets whose
+    full-width kernels differ at most in their tile."""
+    return {k: v for k, v in params.items() if k not in _NOT_IN_FULL_WIDTH}
 
 
 def parse_n_range(text: str | None) -> tuple[int, int] | None:
@@ -771,9 +775,11 @@ def _range_kernel(per_source: dict, params_of: dict[str, dict], chosen: str,
     ``None`` unless that beats ``tuned_on`` as :func:`_gains` says; else (params, geometric
     mean, per-shape record with the range shapes marked)."""
     base = params_of[chosen]
-    if any(base.get(f) for f in _RANGE_FIELDS):
-        return None  # the chosen set has a range kernel already (a table's entry)
-    rest = {k: v for k, v in base.items() if k not in _RANGE_TILE + _NARROW_ONLY}
+    # Stored params name the range fields only where set: the chosen set has a range kernel
+    # already (a table's entry), and a candidate with one never matches ``rest`` below.
+    if any(k.startswith("range_") for k in base):
+        return None
+    rest = _full_width_rest(base)
     full = max(t["variant"][0] for t in tuned_on)
     first, last = n_range
     # the shapes in the range where the chosen set ran its full-width kernel
@@ -782,9 +788,7 @@ def _range_kernel(per_source: dict, params_of: dict[str, dict], chosen: str,
                 and list(t["variant"]) == [full, full]}
     rows_of = {}
     for source, timings in sorted(per_source.items()):
-        other = params_of[source]
-        if source == chosen or any(other.get(f) for f in _RANGE_FIELDS) or \
-                {k: v for k, v in other.items() if k not in _RANGE_TILE + _NARROW_ONLY} != rest:
+        if source == chosen or _full_width_rest(params_of[source]) != rest:
             continue
         rows_of[source] = {s for s in in_range
                            if s in timings and list(timings[s][1]) == [full, full]}

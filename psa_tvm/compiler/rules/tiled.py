@@ -143,9 +143,7 @@ class TiledParams:
         # The range kernel is a full-width one: the narrower kernels have none.
         return replace(self, tile_n=self.narrow_tile_n or self.tile_n,
                        threads=self.narrow_threads or self.threads, narrow_tile_n=0,
-                       narrow_threads=0, range_min_n=0, range_max_n=0, range_tile_n=0,
-                       range_threads=0)
-
+                       narrow_threads=0, **dict.fromkeys(_RANGE_FIELDS, 0))
 
     def n_range(self) -> tuple[int, int] | None:
         """``(first, last)`` ``N`` of the range kernel, or ``None`` without one."""
@@ -154,8 +152,8 @@ class TiledParams:
     def for_range(self) -> TiledParams:
         """The params the range kernel runs: its tile and threads, and no range of its own."""
         return replace(self, tile_n=self.range_tile_n or self.tile_n,
-                       threads=self.range_threads or self.threads, range_min_n=0,
-                       range_max_n=0, range_tile_n=0, range_threads=0)
+                       threads=self.range_threads or self.threads,
+                       **dict.fromkeys(_RANGE_FIELDS, 0))
 
 
 _RANGE_FIELDS = ("range_min_n", "range_max_n", "range_tile_n", "range_threads")
