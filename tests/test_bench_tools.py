@@ -561,3 +561,31 @@ def test_tune_shapes_are_checked_before_anything_runs():
     with pytest.raises(ValueError, match="--shifted-shapes: expected 'B,H,W;B,H,W'"):
         tune.main(["select", "--artifacts", "/nonexistent", "-o", "/nonexistent/t.json",
                    "--shifted-shapes", "64,20"])
+
+
+def test_bench_refuses_a_placement_count_below_one(capsys):
+    from psa_tvm.tools import bench
+
+    assert bench.main(["--placements", "0"]) == 2
+    assert "--placements: expected a count of 1 or more, got 0" in capsys.readouterr().err
+
+
+def test_tune_run_refuses_to_append_to_timings_against_another_copy(tmp_path):
+    """Records before v23 timed the floor between buffers of its own; `select` compares every
+    line of a results file, so a run against the kernel's own buffers must not join them."""
+    import json
+
+    from psa_tvm.tools import tune
+
+    old = {"pass": "forward", "shape": [16, 40, 40], "us": 5.0, "copy_us": 5.0,
+           "variant": [8, 8], "source": "kd32_nh2_float16/tiled-x.cu", "timer": "profiler"}
+    (tmp_path / tune.RESULTS).write_text(json.dumps(old) + "\n")
+    with pytest.raises(ValueError, match="buffers of its own"):
+        tune.main(["run", "--artifacts", str(tmp_path), "--profiler"])
+    with pytest.raises(ValueError, match="--placements: expected a count of 1 or more, got 0"):
+        tune.main(["run", "--artifacts", str(tmp_path), "--profiler", "--placements", "0"])
+    # a record of this method passes the check (and fails only later, at the missing manifest)
+    (tmp_path / tune.RESULTS).write_text(json.dumps({**old, "copy": tune.COPY_METHOD}) + "\n")
+    with pytest.raises(Exception) as err:
+        tune.main(["run", "--artifacts", str(tmp_path), "--profiler"])
+    assert "buffers of its own" not in str(err.value)

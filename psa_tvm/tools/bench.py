@@ -1,14 +1,15 @@
 """Benchmark forward and backward against the copy floor and the PyTorch peers.
 
-Runs on the GPU host from prebuilt artifacts (no TVM there). For every shape and dtype it times,
-in one process and on the same non-zero inputs: a device-to-device copy of the same bytes (the
-floor), PyTorch eager, ``torch.compile`` (static per shape, and one dynamic-shape build), and each
-of our schedules. Every row has two times: CUDA events around the call (L2 flushed, GPU spun so
-the launch is queued first) and the kernel time CUPTI reports through ``torch.profiler``; the
-ratio to the copy is taken from the profiler times. Shapes: the square YOLO maps (``yolo``) and
-rectangular and odd grids (``tails``: 20x15, 20x12, 40x23, 37x29, 1x33, 64x3). ``--cpu`` adds a
-CPU section (torch eager, torch ``copy_``, psa-tvm's CPU library), which needs no GPU.
-Writes ``bench.json``, ``bench.md`` and ``bench.png`` (and ``bench_tails.png``) to ``--out``.
+Runs on the GPU host from prebuilt artifacts (no TVM there). For every shape and dtype it times, in
+one process and on the same non-zero inputs: a device-to-device copy of the same bytes, from the
+pass's inputs into its outputs (the floor; at L2-sized calls a copy's time depends on where its
+buffers lie, docs/perf.md v23), PyTorch eager, ``torch.compile`` (static per shape, and one
+dynamic-shape build), and each of our schedules. Every row has two times: CUDA events around the
+call (L2 flushed, GPU spun so the launch is queued first) and the kernel time CUPTI reports through
+``torch.profiler``; the ratio to the copy is taken from the profiler times. Shapes: the square YOLO
+maps (``yolo``) and rectangular and odd grids (``tails``: 20x15, 20x12, 40x23, 37x29, 1x33, 64x3).
+``--cpu`` adds a CPU section (torch eager, torch ``copy_``, psa-tvm's CPU library), which needs no
+GPU. Writes ``bench.json``, ``bench.md`` and ``bench.png`` (and ``bench_tails.png``) to ``--out``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import sys
 from dataclasses import asdict, dataclass
 from datetime import date
@@ -102,7 +104,9 @@ def run(args: argparse.Namespace) -> list[dict]:
         for dtype_name in args.dtypes:
             for shape in bench_shapes(args.shapes, args.quick):
                 rows = time_shape(timer, shape, dtype_name, args.schedules, args.artifacts,
-                                  dynamic, peers=args.peers, profiler=profiler)
+                                  dynamic, peers=args.peers, profiler=profiler,
+                                  copy_buffers=args.copy_buffers,
+                                  placements=args.placements)
                 sink.write("".join(json.dumps(r) + "\n" for r in rows))
                 sink.flush()
                 records += rows
@@ -111,70 +115,62 @@ def run(args: argparse.Namespace) -> list[dict]:
 
 def time_shape(timer: GpuTimer, shape: Shape, dtype_name: str, schedules: list[str],
                artifacts: str, dynamic: tuple | None, peers: tuple[str, ...] = PEERS,
-               profiler: KernelProfiler | None = None) -> list[dict]:
-    """Every implementation of both passes on one shape and dtype, same inputs."""
-    dtype = DTYPES[dtype_name]
+               profiler: KernelProfiler | None = None, copy_buffers: str = "kernel",
+               placements: int = 1) -> list[dict]:
+    """Every implementation of both passes on one shape and dtype, same inputs.
+
+    ``copy_buffers="kernel"``: each pass's copy reads that pass's inputs and writes its outputs
+    (``lo`` and ``hi`` are the two halves of one buffer, and so are ``d_lo`` and ``d_hi``), so
+    the floor moves the kernel's own bytes at the kernel's own addresses. ``"own"`` (rounds up
+    to v22): one copy between two buffers of its own serves both passes.
+
+    ``placements``: the whole set of tensors is allocated this many times (all alive at once,
+    so each set lies at other addresses) and every implementation is timed on each; a row
+    holds the medians, and its profiler ratio is the median of the per-set ratios. At L2-sized
+    calls one copy's time moves by 5% with where its buffers lie (docs/perf.md v23).
+    """
+    if copy_buffers not in ("kernel", "own"):
+        raise ValueError(f"copy_buffers: expected 'kernel' or 'own', got {copy_buffers!r}")
+    if placements < 1:
+        raise ValueError(f"placements: expected at least 1, got {placements}")
     ops = {s: PsaMergeAttnRuntimeOp(shape.key_dim, shape.num_heads, dtype_name, schedule=s,
                                     artifacts=artifacts) for s in schedules}
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    rows = shape.batch * shape.num_heads
-    lo = torch.randn(rows, shape.n, shape.key_dim, device="cuda", dtype=dtype,
-                     generator=gen) + 3  # + 3: never zero
-    hi = torch.randn_like(lo) - 3
-    merged = torch.empty(shape.batch, 2 * shape.num_heads * shape.key_dim, shape.height,
-                         shape.width, device="cuda", dtype=dtype)
-    grad = torch.randn(merged.shape, device="cuda", dtype=dtype, generator=gen) + 3
-    d_lo, d_hi = torch.empty_like(lo), torch.empty_like(hi)
-    src, dst = torch.cat([lo.view(-1), hi.view(-1)]), torch.empty_like(merged).view(-1)
-    args_f = (lo, hi, shape.num_heads, shape.height, shape.width)
-    args_b = (grad, shape.num_heads, shape.key_dim)
-    static_fwd = static_bwd = None
+    compiled = None
     if "compile_static" in peers:
-        static_fwd = torch.compile(reference.merge, dynamic=False)
-        static_bwd = torch.compile(reference.merge_backward, dynamic=False)
-    stream = torch.cuda.current_stream().cuda_stream
-    spatial = (shape.height, shape.width)
-    impls = {
-        "forward": {
-            "copy": lambda: dst.copy_(src),
-            "eager": lambda: reference.merge(*args_f),
-            "compile_static": lambda: static_fwd(*args_f),
-            "compile_dynamic": lambda: dynamic[0](*args_f),  # type: ignore[index]
-            **{s: (lambda op=op: op.launch_forward(lo, hi, merged, stream, spatial))
-               for s, op in ops.items()},
-        },
-        "backward": {
-            "copy": lambda: dst.copy_(src),
-            "eager": lambda: reference.merge_backward(*args_b),
-            "compile_static": lambda: static_bwd(*args_b),
-            "compile_dynamic": lambda: dynamic[1](*args_b),  # type: ignore[index]
-            **{s: (lambda op=op: op.launch_backward(grad, d_lo, d_hi, stream))
-               for s, op in ops.items()},
-        },
-    }
-    variants = {
-        ("forward", s): op.plan_forward([lo, hi], merged, spatial).kernel for s, op in ops.items()}
-    variants.update({("backward", s): op.plan_backward(grad, [d_lo, d_hi]).kernel
-                     for s, op in ops.items()})
+        compiled = (torch.compile(reference.merge, dynamic=False),
+                    torch.compile(reference.merge_backward, dynamic=False))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    sets = [_implementations(shape, DTYPES[dtype_name], gen, ops, copy_buffers, compiled,
+                             dynamic) for _ in range(placements)]
+    variants = sets[0][1]
     records = []
     moved = 2 * shape.merged_bytes(dtype_name)
-    for pass_, fns in impls.items():
-        fns = {name: fn for name, fn in fns.items() if name in peers or name in ops}
-        times = {name: timer.median_us(fn) for name, fn in fns.items()}
-        kernel_us = {name: profiler.median_us(fn) if profiler else None
-                     for name, fn in fns.items()}
-        for name, us in times.items():
-            prof, prof_copy = kernel_us[name], kernel_us["copy"]
+    for pass_ in ("forward", "backward"):
+        names = [name for name in sets[0][0][pass_] if name in peers or name in ops]
+        # per set: name -> (event us, profiler us or None)
+        timed = [{name: (timer.median_us(impls[pass_][name]),
+                         profiler.median_us(impls[pass_][name]) if profiler else None)
+                  for name in names} for impls, _ in sets]
+        for name in names:
+            us = statistics.median(t[name][0] for t in timed)
+            profs = [t[name][1] for t in timed]
+            ratios = [p / t["copy"][1] for p, t in zip(profs, timed, strict=True)
+                      if p and t["copy"][1]]
+            prof = statistics.median(profs) if all(profs) else None
+            prof_copy = statistics.median(t["copy"][1] for t in timed) if prof else None
             kernel = variants.get((pass_, name))
             records.append({
                 **asdict(shape), "n": shape.n, "dtype": dtype_name, "pass": pass_,
                 "impl": name, "us": round(us, 3), "bytes_moved": moved,
                 "gbps": round(moved / us / 1e3, 1),
-                "fraction_of_copy": round(times["copy"] / us, 4),
+                "fraction_of_copy": round(statistics.median(
+                    t["copy"][0] / t[name][0] for t in timed), 4),
                 "prof_us": None if prof is None else round(prof, 3),
                 "prof_copy_us": None if prof_copy is None else round(prof_copy, 3),
-                # kernel time / copy time, both from the profiler (1.0 = at the copy floor)
-                "prof_ratio": None if not (prof and prof_copy) else round(prof / prof_copy, 4),
+                # kernel time / copy time, both from the profiler (1.0 = at the copy floor),
+                # the median over the placements; each placement's beside it
+                "prof_ratio": round(statistics.median(ratios), 4) if ratios else None,
+                "prof_ratios": [round(r, 4) for r in ratios],
                 "variant": None if kernel is None else {"vec_kd": kernel.vec_kd,
                                                         "vec": kernel.vec,
                                                         "shifted": kernel.shifted,
@@ -182,11 +178,63 @@ def time_shape(timer: GpuTimer, shape: Shape, dtype_name: str, schedules: list[s
                 # which kernel of that variant (a split shifted backward has two); outside
                 # "variant" so that runs of two tables still compare row by row
                 "kernel": None if kernel is None else kernel.entry,
+                "copy_buffers": copy_buffers, "placements": placements,
             })
-        line = "  ".join(f"{k}={v:7.1f}/{kernel_us[k] or float('nan'):7.1f}"
-                         for k, v in times.items())
+        line = "  ".join(f"{r['impl']}={r['us']:7.1f}/{r['prof_us'] or float('nan'):7.1f}"
+                         for r in records[-len(names):])
         print(f"{dtype_name:8s} {pass_:8s} {shape.label:22s} {line}", flush=True)
     return records
+
+
+def _implementations(shape: Shape, dtype: torch.dtype, gen: torch.Generator,
+                     ops: dict[str, PsaMergeAttnRuntimeOp], copy_buffers: str,
+                     compiled: tuple | None, dynamic: tuple | None) -> tuple[dict, dict]:
+    """One placement: fresh tensors, and per pass every implementation as a callable on them;
+    with the kernel that each of our schedules launches there."""
+    rows = shape.batch * shape.num_heads
+    inputs = torch.randn((2, rows, shape.n, shape.key_dim), device="cuda", dtype=dtype,
+                         generator=gen)
+    inputs[0] += 3  # never zero
+    inputs[1] -= 3
+    lo, hi = inputs[0], inputs[1]
+    merged = torch.empty(shape.batch, 2 * shape.num_heads * shape.key_dim, shape.height,
+                         shape.width, device="cuda", dtype=dtype)
+    grad = torch.randn(merged.shape, device="cuda", dtype=dtype, generator=gen) + 3
+    grads_out = torch.empty_like(inputs)
+    d_lo, d_hi = grads_out[0], grads_out[1]
+    if copy_buffers == "kernel":
+        copies = {"forward": lambda: merged.view(-1).copy_(inputs.view(-1)),
+                  "backward": lambda: grads_out.view(-1).copy_(grad.view(-1))}
+    else:
+        src, dst = inputs.view(-1).clone(), torch.empty_like(merged).view(-1)
+        copies = {"forward": lambda: dst.copy_(src), "backward": lambda: dst.copy_(src)}
+    args_f = (lo, hi, shape.num_heads, shape.height, shape.width)
+    args_b = (grad, shape.num_heads, shape.key_dim)
+    stream = torch.cuda.current_stream().cuda_stream
+    spatial = (shape.height, shape.width)
+    impls = {
+        "forward": {
+            "copy": copies["forward"],
+            "eager": lambda: reference.merge(*args_f),
+            "compile_static": lambda: compiled[0](*args_f),  # type: ignore[index]
+            "compile_dynamic": lambda: dynamic[0](*args_f),  # type: ignore[index]
+            **{s: (lambda op=op: op.launch_forward(lo, hi, merged, stream, spatial))
+               for s, op in ops.items()},
+        },
+        "backward": {
+            "copy": copies["backward"],
+            "eager": lambda: reference.merge_backward(*args_b),
+            "compile_static": lambda: compiled[1](*args_b),  # type: ignore[index]
+            "compile_dynamic": lambda: dynamic[1](*args_b),  # type: ignore[index]
+            **{s: (lambda op=op: op.launch_backward(grad, d_lo, d_hi, stream))
+               for s, op in ops.items()},
+        },
+    }
+    variants = {("forward", s): op.plan_forward([lo, hi], merged, spatial).kernel
+                for s, op in ops.items()}
+    variants.update({("backward", s): op.plan_backward(grad, [d_lo, d_hi]).kernel
+                     for s, op in ops.items()})
+    return impls, variants
 
 
 def host_overhead(artifacts: str) -> dict:
@@ -423,6 +471,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--profile-reps", type=int, default=20,
                         help="runs per row read from torch.profiler (0: events only)")
+    parser.add_argument("--copy-buffers", choices=("kernel", "own"), default="kernel",
+                        help="the floor: a copy from each pass's inputs into its outputs "
+                             "(kernel, default), or between buffers of its own (own: the "
+                             "method of rounds up to v22; docs/perf.md v23)")
+    parser.add_argument("--placements", type=int, default=3,
+                        help="time every row on this many sets of tensors at other addresses; "
+                             "a row's ratio is the median of theirs (default 3; 1: one set, "
+                             "as rounds up to v22)")
     parser.add_argument("--quick", action="store_true", help="a subset of the shapes")
     parser.add_argument("--cpu", action="store_true",
                         help="also run the CPU section (torch eager, copy_, psa-tvm)")
@@ -480,6 +536,10 @@ def _write(out: Path, meta: dict, records: list[dict], cpu_records: list[dict],
 
 
 def run_command(args: argparse.Namespace) -> int:
+    if args.placements < 1:  # before anything is set up
+        print(f"--placements: expected a count of 1 or more, got {args.placements}",
+              file=sys.stderr)
+        return 2
     if args.attention:
         from psa_tvm.tools import bench_attention
 
@@ -514,7 +574,8 @@ def run_command(args: argparse.Namespace) -> int:
         if "copy" not in args.peers:
             args.peers = ["copy", *args.peers]
         records = run(args)
-        meta.update(gpu=torch.cuda.get_device_name(),
+        meta.update(gpu=torch.cuda.get_device_name(), copy_buffers=args.copy_buffers,
+                    placements=args.placements,
                     host_overhead=host_overhead(args.artifacts))
     cpu_records = []
     if args.cpu or args.cpu_only:

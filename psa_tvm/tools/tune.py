@@ -41,6 +41,10 @@ from psa_tvm.runtime.env import DEFAULT_ARCH
 from psa_tvm.runtime.manifest import Manifest
 
 RESULTS = "results.jsonl"
+#: How a record's ``copy_us`` was taken: a copy from the pass's inputs into its outputs. Records
+#: without the field (before v23) copied between buffers of their own.
+COPY_METHOD = "kernel-buffers"
+OLD_COPY_METHOD = "own-buffers"
 #: (B, H, W) timed per candidate: the 1280 px YOLO map at batch 16 and 64 (8 MB and more), where
 #: the full-width kernels run, and two N tails (8 MB and more in 16-bit types), where the
 #: narrower N-side variants run: N = 300 (640x480 input; 8-byte N side in 16-bit types) and the
@@ -255,6 +259,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from psa_tvm.tools.timing import GpuTimer, KernelProfiler
 
+    if args.placements < 1:
+        raise ValueError(f"--placements: expected a count of 1 or more, got {args.placements}")
     root = Path(args.artifacts)
     results_path = root / RESULTS
     done = set()
@@ -263,12 +269,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         for line in results_path.read_text().splitlines():
             r = json.loads(line)
             done.add((r["source"], r["pass"], tuple(r["shape"])))
-            # `select` compares every line of the file: one timer per file
+            # `select` compares every line of the file: one timer and one copy per file
             if (found := r.get("timer", "events")) != timer_name:
                 taken = {"events": "CUDA events", "profiler": "the profiler"}
                 raise ValueError(f"--profiler: {results_path} holds timings taken with "
                                  f"{taken[found]}, this run takes them with {taken[timer_name]}"
                                  f"; time into another directory or move the file away")
+            if r.get("copy", OLD_COPY_METHOD) != COPY_METHOD:
+                raise ValueError(f"{results_path} holds timings against a copy between "
+                                 f"buffers of its own (before v23); this run copies the "
+                                 f"kernel's own buffers: time into another directory or move "
+                                 f"the file away")
     manifest = Manifest.load(root)
     # The profiler's kernel times (CUPTI) leave out the host time that events after a flush
     # still see at small shapes; its runs are slower to take, so fewer by default.
@@ -280,10 +291,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     shapes = _parse_shapes(args.shapes, SHIFTED_TUNE_SHAPES if args.shifted else TUNE_SHAPES)
     jobs = [(b, p, s) for b in builds for p in args.passes for s in shapes
             if (str(b.source.relative_to(root)), p, s) not in done]
-    copy_us: dict[tuple, float] = {}
     with results_path.open("a") as sink:
         for build, pass_, shape in tqdm(jobs, desc="psa-tvm tune", unit="run"):
-            record = time_candidate(timer, build, pass_, shape, copy_us)
+            record = time_candidate(timer, build, pass_, shape, args.placements)
             record["source"] = str(build.source.relative_to(root))
             record["timer"] = timer_name
             sink.write(json.dumps(record) + "\n")
@@ -315,8 +325,13 @@ def parse_shapes(text: str | None, default: tuple, expected: str,
 
 
 def time_candidate(timer, build, pass_: str, shape: tuple[int, int, int],
-                   copy_us: dict[tuple, float]) -> dict:
-    """One candidate on one shape, with the copy of the same bytes (cached per shape)."""
+                   placements: int = 1) -> dict:
+    """One candidate on one shape, with a copy of the same bytes: from the pass's inputs into
+    its outputs, timed just before the kernel (a copy between other buffers can take 5% more
+    or less at L2-sized calls; docs/perf.md v23). With ``placements`` > 1 both are timed on that
+    many sets of tensors at other addresses (all alive at once); the record holds the medians."""
+    import statistics
+
     import torch
 
     from psa_tvm import reference
@@ -325,38 +340,53 @@ def time_candidate(timer, build, pass_: str, shape: tuple[int, int, int],
     config = build.config
     batch, height, width = shape
     dtype = getattr(torch, config.dtype)
-    lo = torch.randn(batch * config.num_heads, height * width, config.key_dim, device="cuda",
-                     dtype=dtype) + 3
-    hi = torch.randn_like(lo) - 3
-    merged = torch.empty(batch, config.channels, height, width, device="cuda", dtype=dtype)
-    key = (config.dtype, config.channels, shape)
-    if key not in copy_us:
-        src, dst = torch.cat([lo.view(-1), hi.view(-1)]), merged.view(-1).clone()
-        copy_us[key] = timer.median_us(lambda: dst.copy_(src))
     op = PsaMergeAttnRuntimeOp.for_build(build)
     stream = torch.cuda.current_stream().cuda_stream
+    sets = []
+    for _ in range(placements):
+        halves = torch.randn(2, batch * config.num_heads, height * width, config.key_dim,
+                             device="cuda", dtype=dtype)
+        halves[0] += 3  # never zero
+        halves[1] -= 3
+        merged = torch.randn(batch, config.channels, height, width, device="cuda",
+                             dtype=dtype)  # the backward's input
+        sets.append((halves, merged))
+    copy_times, times = zip(*(_time_copy_and_kernel(timer, op, pass_, halves, merged,
+                                                    (height, width), stream)
+                              for halves, merged in sets), strict=True)
     # A candidate is timed on what it computes (select skips any that was ever inexact): one
     # more launch into poisoned outputs, so that memory left by an earlier candidate at the
     # same shape cannot pass for this one's result.
+    halves, merged = sets[0]
+    lo, hi = halves[0], halves[1]
     if pass_ == "forward":
         kernel = op.plan_forward([lo, hi], merged, (height, width)).kernel
-        us = timer.median_us(lambda: op.launch_forward(lo, hi, merged, stream, (height, width)))
         merged.fill_(float("nan"))
         op.launch_forward(lo, hi, merged, stream, (height, width))
-        want = reference.merge(lo, hi, config.num_heads, height, width)
-        exact = reference.same_bits(merged, want)
+        exact = reference.same_bits(merged, reference.merge(lo, hi, config.num_heads, height,
+                                                             width))
     else:
-        merged.copy_(torch.randn_like(merged))  # a defined input (it may be fresh memory)
         kernel = op.plan_backward(merged, [lo, hi]).kernel
-        us = timer.median_us(lambda: op.launch_backward(merged, lo, hi, stream))
-        lo.fill_(float("nan"))
-        hi.fill_(float("nan"))
+        halves.fill_(float("nan"))
         op.launch_backward(merged, lo, hi, stream)
         ref_lo, ref_hi = reference.merge_backward(merged, config.num_heads, config.key_dim)
         exact = reference.same_bits(lo, ref_lo) and reference.same_bits(hi, ref_hi)
-    return {"pass": pass_, "shape": list(shape), "us": round(us, 3),
-            "copy_us": round(copy_us[key], 3), "variant": [kernel.vec_kd, kernel.vec],
+    return {"pass": pass_, "shape": list(shape), "us": round(statistics.median(times), 3),
+            "copy_us": round(statistics.median(copy_times), 3), "copy": COPY_METHOD,
+            "placements": placements, "variant": [kernel.vec_kd, kernel.vec],
             "shifted": kernel.shifted, "exact": exact}
+
+
+def _time_copy_and_kernel(timer, op, pass_: str, halves, merged, spatial: tuple[int, int],
+                          stream: int) -> tuple[float, float]:
+    """The copy from the pass's inputs into its outputs, then the kernel, on one set of
+    tensors (``halves`` holds ``lo`` and ``hi``)."""
+    lo, hi = halves[0], halves[1]
+    if pass_ == "forward":
+        return (timer.median_us(lambda: merged.view(-1).copy_(halves.view(-1))),
+                timer.median_us(lambda: op.launch_forward(lo, hi, merged, stream, spatial)))
+    return (timer.median_us(lambda: halves.view(-1).copy_(merged.view(-1))),
+            timer.median_us(lambda: op.launch_backward(merged, lo, hi, stream)))
 
 
 def _scores(root: Path, by_source: dict, shifted: bool, shapes: tuple,
@@ -834,6 +864,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run = sub.add_parser("run", help="time the candidates (GPU host; resumable)")
     run.add_argument("--artifacts", default=".tune")
     run.add_argument("--reps", type=int, default=30)
+    run.add_argument("--placements", type=int, default=3,
+                     help="time each candidate and its copy on this many sets of tensors at "
+                          "other addresses, the medians recorded (default 3; docs/perf.md v23)")
     run.add_argument("--shapes", default=None, metavar="B,H,W;B,H,W",
                      help="time these shapes instead of the tuning shapes (for studies; "
                           "`select` only uses the tuning shapes)")
