@@ -30,7 +30,13 @@ from psa_tvm.config import DTYPE_ITEMSIZE, OpConfig
 from psa_tvm.presets import YOLO11
 from psa_tvm.runtime import env
 from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
-from psa_tvm.tools.timing import GpuTimer, KernelProfiler, host_us_per_call
+from psa_tvm.tools.timing import (
+    GpuTimer,
+    KernelProfiler,
+    flat_copy,
+    host_us_per_call,
+    merge_halves,
+)
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_ITEMSIZE}
 PEERS = ("copy", "eager", "compile_static", "compile_dynamic")
@@ -191,11 +197,7 @@ def _implementations(shape: Shape, dtype: torch.dtype, gen: torch.Generator,
                      compiled: tuple | None, dynamic: tuple | None) -> tuple[dict, dict]:
     """One placement: fresh tensors, and per pass every implementation as a callable on them;
     with the kernel that each of our schedules launches there."""
-    rows = shape.batch * shape.num_heads
-    inputs = torch.randn((2, rows, shape.n, shape.key_dim), device="cuda", dtype=dtype,
-                         generator=gen)
-    inputs[0] += 3  # never zero
-    inputs[1] -= 3
+    inputs = merge_halves(shape.batch * shape.num_heads, shape.n, shape.key_dim, dtype, gen)
     lo, hi = inputs[0], inputs[1]
     merged = torch.empty(shape.batch, 2 * shape.num_heads * shape.key_dim, shape.height,
                          shape.width, device="cuda", dtype=dtype)
@@ -203,11 +205,10 @@ def _implementations(shape: Shape, dtype: torch.dtype, gen: torch.Generator,
     grads_out = torch.empty_like(inputs)
     d_lo, d_hi = grads_out[0], grads_out[1]
     if copy_buffers == "kernel":
-        copies = {"forward": lambda: merged.view(-1).copy_(inputs.view(-1)),
-                  "backward": lambda: grads_out.view(-1).copy_(grad.view(-1))}
+        copies = {"forward": flat_copy(inputs, merged), "backward": flat_copy(grad, grads_out)}
     else:
-        src, dst = inputs.view(-1).clone(), torch.empty_like(merged).view(-1)
-        copies = {"forward": lambda: dst.copy_(src), "backward": lambda: dst.copy_(src)}
+        own = flat_copy(inputs.clone(), torch.empty_like(merged))
+        copies = {"forward": own, "backward": own}
     args_f = (lo, hi, shape.num_heads, shape.height, shape.width)
     args_b = (grad, shape.num_heads, shape.key_dim)
     stream = torch.cuda.current_stream().cuda_stream

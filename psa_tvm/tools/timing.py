@@ -37,6 +37,23 @@ class GpuTimer:
         return statistics.median(s.elapsed_time(e) for s, e in self._events) * 1e3
 
 
+def merge_halves(rows: int, n: int, key_dim: int, dtype: torch.dtype,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+    """``lo`` and ``hi`` as the two halves of one ``[2, rows, n, key_dim]`` CUDA buffer, never
+    zero (normal + 3 and normal - 3). The floor copies the whole buffer where the kernel reads
+    (backward: writes) its halves, so both move the same bytes at the same addresses: at
+    L2-sized calls a copy between other buffers takes up to 5% more or less (docs/perf.md v23)."""
+    halves = torch.randn((2, rows, n, key_dim), device="cuda", dtype=dtype, generator=generator)
+    halves[0] += 3
+    halves[1] -= 3
+    return halves
+
+
+def flat_copy(src: torch.Tensor, dst: torch.Tensor) -> Callable[[], object]:
+    """The floor of a pass: ``dst``'s bytes overwritten by ``src``'s, both viewed flat."""
+    return lambda: dst.view(-1).copy_(src.view(-1))
+
+
 def host_us_per_call(fn: Callable[[], object], calls: int = 2000) -> float:
     """Python wall time per call of a hot loop (asynchronous launches, one sync at the end)."""
     for _ in range(50):

@@ -32,6 +32,7 @@ import argparse
 import itertools
 import json
 import math
+import statistics
 import sys
 from collections.abc import Collection, Iterator
 from pathlib import Path
@@ -330,12 +331,11 @@ def time_candidate(timer, build, pass_: str, shape: tuple[int, int, int],
     its outputs, timed just before the kernel (a copy between other buffers can take 5% more
     or less at L2-sized calls; docs/perf.md v23). With ``placements`` > 1 both are timed on that
     many sets of tensors at other addresses (all alive at once); the record holds the medians."""
-    import statistics
-
     import torch
 
     from psa_tvm import reference
     from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
+    from psa_tvm.tools.timing import merge_halves
 
     config = build.config
     batch, height, width = shape
@@ -344,10 +344,7 @@ def time_candidate(timer, build, pass_: str, shape: tuple[int, int, int],
     stream = torch.cuda.current_stream().cuda_stream
     sets = []
     for _ in range(placements):
-        halves = torch.randn(2, batch * config.num_heads, height * width, config.key_dim,
-                             device="cuda", dtype=dtype)
-        halves[0] += 3  # never zero
-        halves[1] -= 3
+        halves = merge_halves(batch * config.num_heads, height * width, config.key_dim, dtype)
         merged = torch.randn(batch, config.channels, height, width, device="cuda",
                              dtype=dtype)  # the backward's input
         sets.append((halves, merged))
@@ -381,11 +378,13 @@ def _time_copy_and_kernel(timer, op, pass_: str, halves, merged, spatial: tuple[
                           stream: int) -> tuple[float, float]:
     """The copy from the pass's inputs into its outputs, then the kernel, on one set of
     tensors (``halves`` holds ``lo`` and ``hi``)."""
+    from psa_tvm.tools.timing import flat_copy
+
     lo, hi = halves[0], halves[1]
     if pass_ == "forward":
-        return (timer.median_us(lambda: merged.view(-1).copy_(halves.view(-1))),
+        return (timer.median_us(flat_copy(halves, merged)),
                 timer.median_us(lambda: op.launch_forward(lo, hi, merged, stream, spatial)))
-    return (timer.median_us(lambda: halves.view(-1).copy_(merged.view(-1))),
+    return (timer.median_us(flat_copy(merged, halves)),
             timer.median_us(lambda: op.launch_backward(merged, lo, hi, stream)))
 
 
