@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 from pathlib import Path
 
@@ -82,4 +83,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    # A reader piping the table into `head` closes the pipe early: end quietly, as `ls` does.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     main()
