@@ -65,8 +65,10 @@ __global__ void __launch_bounds__(THREADS) fwd_sector(const E* __restrict__ lo,
     for (int q = 0; q < V; ++q) head[(dv * V + q) * V + pp] = e[q];
   }
   __syncthreads();
-  // Stores: row d's segment starts at n0 - shift(d); slot k writes position a_d + k V.
-  constexpr int SLOTS = T / V + 2;  // even: a sector's two vectors in adjacent lanes
+  // Stores: row d's segment starts at n0 - shift(d); slot k writes position a_d + k V. A row
+  // has exactly T / V slots, so with T / V a multiple of the warp's 32 lanes every warp store
+  // covers whole sectors of one row.
+  constexpr int SLOTS = T / V;
   constexpr int SITEMS = KD * SLOTS;
   E* dst0 = out + (size_t)(r * 2 + s) * KD * N;
 #pragma unroll
@@ -75,15 +77,21 @@ __global__ void __launch_bounds__(THREADS) fwd_sector(const E* __restrict__ lo,
     if (i >= SITEMS) break;
     const int d = i / SLOTS, k = i % SLOTS;
     const bool shifted = odd_rows && (d & 1);
-    const int a = n0 - (shifted ? V : 0);
-    const int p = a + k * V;
-    bool mine = p >= 0 && p < N && (k < T / V || (last && k == T / V));
-    if (odd_rows && shifted && p == 0) mine = false;          // the boundary step's
-    if (odd_rows && !shifted && p == N - V && d + 1 < KD) mine = false;  // likewise
+    const int p = n0 - (shifted ? V : 0) + k * V;
+    bool mine = p >= 0 && p < N;
+    if (shifted && p == 0) mine = false;                        // the boundary step's
+    if (odd_rows && !shifted && p == N - V) mine = false;       // likewise
     if (mine) {
       *reinterpret_cast<uint4*>(dst0 + (size_t)d * N + p) =
           *reinterpret_cast<const uint4*>(&tile[row(d) + p - n0 + V]);
     }
+  }
+  // A shifted row's vector at n0 + T - V belongs to the next tile; the last tile has none.
+  if (last && odd_rows && threadIdx.x < KD / 2 && n0 + T - V < N) {
+    const int d = 2 * threadIdx.x + 1;
+    const int p = n0 + T - V;
+    *reinterpret_cast<uint4*>(dst0 + (size_t)d * N + p) =
+        *reinterpret_cast<const uint4*>(&tile[row(d) + T]);
   }
   if (last && odd_rows && threadIdx.x < KD) {  // sector (row d end, row d + 1 start), d even
     const int d = threadIdx.x & ~1;
