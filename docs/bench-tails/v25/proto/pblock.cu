@@ -93,7 +93,7 @@ int launch(const void* lo, const void* hi, void* out, int rows, int N, cudaStrea
     case 8: return launch_l<E, THREADS, 8, MINB>(lo, hi, out, rows, N, st);
     case 9: return launch_l<E, THREADS, 9, MINB>(lo, hi, out, rows, N, st);
     case 10: return launch_l<E, THREADS, 10, MINB>(lo, hi, out, rows, N, st);
-    default: return 4;
+    default: return 2;  // the block does not fit L <= 10 vectors per thread
   }
 }
 
