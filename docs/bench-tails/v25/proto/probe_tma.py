@@ -55,7 +55,7 @@ BLOCK_KERNELS = {  # any N, while KD * N * itemsize fits in 200 KB of shared mem
     ("bwd", 2): [("tma", "block_bwd_h_t256"), ("tma", "block_bwd_h_t512")],
 }
 PLACEMENTS = 3
-TOO_BIG = 2  # the prototypes' return code for a block that does not fit shared memory
+TOO_BIG = 2  # the prototypes' return code for a shape their shared memory or registers cannot hold
 
 
 def pass_fns(libs: dict[str, ctypes.CDLL], kernels: tuple[dict, dict],
@@ -115,7 +115,7 @@ def run(libs: dict[str, ctypes.CDLL], cases: list[tuple], kernels: tuple[dict, d
                 if name != "copy":
                     written.fill_(float("nan"))
                     rc = fn()
-                    if rc == TOO_BIG:  # the prototype's shared memory does not fit this N
+                    if rc == TOO_BIG:  # this prototype cannot hold this N: leave it out here
                         del fns[name]
                         continue
                     if rc not in (None, 0):
