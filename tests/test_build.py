@@ -21,6 +21,7 @@ from tvm import tirx
 
 from psa_tvm import cli
 from psa_tvm._version import __version__
+from psa_tvm.compiler import band as band_kernels
 from psa_tvm.compiler import cpu
 from psa_tvm.compiler import shifted as shifted_kernels
 from psa_tvm.compiler.artifact import (
@@ -82,8 +83,8 @@ def raw_kernels(raw_manifest):
 def kernel_bodies(source: str) -> dict[str, tuple[int | None, list[str], str]]:
     """entry -> (launch bounds, parameter declarations, body) of every kernel definition."""
     kernels = {}
-    head = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\((\d+)\) )?(\w+)'
-                      r"\(([^)]*)\)\s*\{")
+    head = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\((\d+)(?:, \d+)?\) )?'
+                      r"(\w+)\(([^)]*)\)\s*\{")  # a band kernel's bound adds its CTAs per SM
     for match in head.finditer(source):
         depth, i = 1, match.end()
         while depth:
@@ -116,7 +117,8 @@ def test_manifest_has_every_dtype_schedule_and_arch(manifest, raw_manifest):
 
 def test_every_build_has_its_kernel_variants(manifest):
     for build in manifest.builds:
-        variants = {(k.pass_, k.vec_kd, k.vec, k.index_dtype, k.shifted) for k in build.kernels}
+        variants = {(k.pass_, k.vec_kd, k.vec, k.index_dtype, k.shifted, k.band, k.max_n)
+                    for k in build.kernels}
         assert len(variants) == len(build.kernels), "duplicate variants"
         itemsize = ITEMSIZE[build.config.dtype]
         if build.schedule == "rowwise":
@@ -129,7 +131,8 @@ def test_every_build_has_its_kernel_variants(manifest):
             assert widest == build.vector_width
             for index_dtype in ("int32", "int64"):
                 widths = [(k.vec_kd, k.vec) for k in build.kernels
-                          if k.pass_ == pass_ and k.index_dtype == index_dtype and not k.shifted]
+                          if k.pass_ == pass_ and k.index_dtype == index_dtype
+                          and not k.shifted and not k.band]
                 assert sorted(widths, reverse=True) == sorted(
                     variant_widths(build.vector_width, index_dtype), reverse=True)
                 assert (1, 1) in widths, f"{build.source.name}: no scalar {pass_} kernel"
@@ -137,9 +140,18 @@ def test_every_build_has_its_kernel_variants(manifest):
                 if build.schedule == "tiled":
                     assert max(w[0] for w in widths) > 1, "tiled vectorizes every index width"
         for kernel in build.kernels:
+            n_range = (kernel.min_n, kernel.max_n) if kernel.band else None
             symbol = kernel_symbol(kernel.pass_, build.schedule, kernel.vec, kernel.index_dtype,
-                                   kernel.vec_kd, shifted=kernel.shifted)
+                                   kernel.vec_kd, shifted=kernel.shifted, band=kernel.band,
+                                   n_range=n_range)
             assert kernel.entry == f"{symbol}_kernel"
+        # Tiled merge builds of key_dim 32 add a band forward per default range (int32).
+        bands = sorted((k.pass_, k.index_dtype, k.min_n, k.max_n, k.rank)
+                       for k in build.kernels if k.band)
+        wanted = band_kernels.default_params(build.config) if (
+            build.schedule, build.op) == ("tiled", "merge") else ()
+        assert bands == sorted(("forward", "int32", p.min_n, p.max_n,
+                                band_kernels.rank(build.config)) for p in wanted)
         # Tiled merge builds add the shifted N side (int32, both passes).
         shifted = {k.pass_ for k in build.kernels if k.shifted}
         if build.schedule == "tiled" and build.op == "merge" and shifted_kernels.fits(
@@ -233,7 +245,7 @@ def test_manifest_contract_matches_lowered_tir(manifest, raw_manifest, dtype, sc
         bound = thread_extents(func)
         assert set(bound) <= {f"{k}.{a}" for k in ("blockIdx", "threadIdx") for a in "xyz"}
         for batch, nv in ((1, 1), (3, 50), (7, 91), (64, 4096)):
-            env = {"B": batch, "NV": nv, "N": nv}  # shifted kernels take N itself
+            env = {"B": batch, "NV": nv, "N": nv}  # shifted and band kernels take N itself
             for kind, exprs in (("blockIdx", kernel.grid), ("threadIdx", kernel.block)):
                 for axis, expr in zip("xyz", exprs, strict=True):
                     values = {tir_value(e, env) for e in bound.get(f"{kind}.{axis}", [1])}
@@ -242,7 +254,7 @@ def test_manifest_contract_matches_lowered_tir(manifest, raw_manifest, dtype, sc
         tensors = [p.tensor for p in kernel.params if p.kind == "ptr"]
         assert sorted(tensors) == sorted(p.name for p in func.params if hasattr(p.ty, "shape"))
         scalars = [p.name for p in kernel.params if p.kind != "ptr"]
-        assert sorted(scalars) == ["B", "N" if kernel.shifted else "NV"]
+        assert sorted(scalars) == ["B", "N" if kernel.shifted or kernel.band else "NV"]
         assert {p.kind for p in kernel.params if p.kind != "ptr"} == {kernel.index_dtype}
 
 
@@ -404,6 +416,9 @@ def test_ptxas_shared_memory_matches_the_tir_allocation(raw_manifest):
                 build["source"], kernel["entry"], arch)
         if kernel.get("shifted"):  # kd shifted rows of the tile and its slack, plus skews
             assert 0 < kernel["static_smem_bytes"] <= 48 * 1024
+        elif kernel.get("band"):  # a [rows, max_n] band (compiler/band.py)
+            assert kernel["static_smem_bytes"] == kernel["band"] * kernel["max_n"] * ITEMSIZE[
+                build["dtype"]], (build["source"], kernel["entry"])
         elif build["schedule"] == "tiled":  # one [kd, tile_n] tile, rows padded by pad_bytes
             params, itemsize = build["schedule_params"], ITEMSIZE[build["dtype"]]
             row_bytes = params["tile_n"] * itemsize + params["pad_bytes"]
@@ -428,9 +443,11 @@ def test_tiled_kernels_do_not_spill(manifest):
                 checked += 1
     per_dtype = sum(2 * len(variant_widths(16 // ITEMSIZE[d], i))
                     for d in DTYPES for i in ("int32", "int64"))
-    # A shifted forward and backward per dtype; 16-bit backwards have a second (vec 8) record.
+    # A shifted forward and backward per dtype; 16-bit backwards have a second (vec 8) record;
+    # the band forwards of each dtype (compiler/band.py).
     shifted = 2 * len(DTYPES) + sum(ITEMSIZE[d] == 2 for d in DTYPES)
-    assert checked == (per_dtype + shifted) * len(ARCHS)
+    bands = sum(len(band_kernels.default_params(OpConfig(KD, NH, d))) for d in DTYPES)
+    assert checked == (per_dtype + shifted + bands) * len(ARCHS)
 
 
 def _global_accesses(body: str, pointers: list[str]) -> tuple[set[str], int]:
@@ -449,8 +466,8 @@ def test_tiled_vectorized_variants_use_16_byte_accesses(manifest):
         itemsize = ITEMSIZE[build.config.dtype]
         wide = "float4" if build.config.dtype == "float32" else "uint4"
         for kernel in build.kernels:
-            if kernel.vec != kernel.vec_kd or kernel.shifted:
-                continue  # one width per side, shifted kernels: tests/test_tails.py
+            if kernel.vec != kernel.vec_kd or kernel.shifted or kernel.band:
+                continue  # one width per side; shifted and band kernels: tests/test_tails.py
             pointers = [p.name for p in kernel.params if p.kind == "ptr"]
             body = kernels[kernel.entry][2]
             vector, scalar = _global_accesses(body, pointers)

@@ -8,9 +8,12 @@ import pytest
 tvm = pytest.importorskip("tvm")
 
 from tests.golden import (  # noqa: E402
+    BAND_CONFIGS,
     CASES,
     SHIFTED_PASSES,
+    band_kernel,
     case_id,
+    golden_band_path,
     golden_path,
     golden_shifted_path,
     scheduled,
@@ -40,3 +43,9 @@ def test_shifted_kernel_matches_the_golden_file(pass_):
     printed text: their flat ``decl_buffer`` views do not survive a TVMScript round trip
     structurally (the parsed view's layout differs), so the script itself is the golden."""
     assert shifted_kernel(pass_).script() == golden_shifted_path(pass_).read_text()
+
+
+@pytest.mark.parametrize("dtype", BAND_CONFIGS)
+def test_band_forward_matches_the_golden_file(dtype):
+    """The hand-written band forwards, compared as text like the shifted kernels."""
+    assert band_kernel(dtype).script() == golden_band_path(dtype).read_text()

@@ -92,13 +92,14 @@ def test_every_int32_variant_is_reached_and_bit_exact(gpu_artifacts, config):
             if kernel_spec.max_n:  # a whole-row backward or a range kernel: one row in range
                 height, width = 1, next(n for n in range(kernel_spec.min_n, kernel_spec.max_n + 1)
                                         if min(full, n & -n) == vec)
-            # Small calls keep the plain kernels; the shifted one needs min_numel elements.
-            batches = (1, 3) if not kernel_spec.shifted else (
+            # Small calls keep the plain kernels; shifted and band ones need min_numel elements.
+            sized = kernel_spec.shifted or kernel_spec.band
+            batches = (1, 3) if not sized else (
                 -(-kernel_spec.min_numel // (config.channels * height * width)),)
             for batch in batches:
                 kernel = check(op, config, batch, height, width, offset, seed=vec_kd + vec)
-                assert (kernel.vec_kd, kernel.vec, kernel.shifted) == (
-                    vec_kd, vec, kernel_spec.shifted), (pass_, kernel.entry)
+                assert (kernel.vec_kd, kernel.vec, kernel.shifted, kernel.band) == (
+                    vec_kd, vec, kernel_spec.shifted, kernel_spec.band), (pass_, kernel.entry)
                 reached.add(kernel.entry)
     # Kernels listed twice (a 16-bit shifted backward, also at N % 8 == 0) count once.
     assert reached == listed
@@ -130,6 +131,9 @@ def test_shifted_kernels_at_every_n(gpu_artifacts, config):
         for pass_, check in (("forward", check_forward), ("backward", check_backward)):
             aligned = pass_ == "backward" and config.itemsize == 2 and along_n == full
             kernel = check(op, config, batch, 1, n, seed=n)
+            if kernel.band:  # a band forward's N range and size (tests/test_gpu_band.py)
+                assert kernel.runs_at(n) and batch * config.channels * n >= kernel.min_numel
+                continue
             assert kernel.shifted == ((narrow or aligned) and large), (n, pass_, kernel.entry)
             ran["aligned backward" if aligned else pass_] += kernel.shifted
             if (narrow or aligned) and large and batch > 1:
@@ -154,7 +158,12 @@ def test_rectangular_and_odd_grids(gpu_artifacts, config):
                 aligned = check is check_backward and config.itemsize == 2 and vec == full
                 shifted = (vec * config.itemsize < 8 or aligned) and (
                     batch * config.channels * n >= 1 << 21)
-                assert kernel.vec_kd == full and kernel.shifted == shifted, kernel.entry
+                assert kernel.vec_kd == full, kernel.entry
+                if kernel.band:  # a band kernel's N range and size (tests/test_gpu_band.py)
+                    assert kernel.runs_at(n) and (
+                        batch * config.channels * n >= kernel.min_numel), kernel.entry
+                    continue
+                assert kernel.shifted == shifted, kernel.entry
                 assert shifted or kernel.vec == vec, kernel.entry
 
 

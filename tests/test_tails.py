@@ -11,6 +11,7 @@ import pytest
 
 tvm = pytest.importorskip("tvm")
 
+from psa_tvm.compiler import band  # noqa: E402
 from psa_tvm.compiler.artifact import (  # noqa: E402
     BuildRequest,
     build_artifacts,
@@ -37,8 +38,8 @@ N_SIDE = {"forward": ("out_ptr",), "backward": ("g_ptr",)}
 
 def kernel_bodies(source: str) -> dict[str, str]:
     kernels = {}
-    head = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\([^)]*\)'
-                      r"\s*\{")
+    head = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+(?:, \d+)?\) )?'
+                      r"(\w+)\([^)]*\)\s*\{")
     for match in head.finditer(source):
         depth, i = 1, match.end()
         while depth:
@@ -99,7 +100,11 @@ def test_every_variant_is_lowered(lowered):
     # The shifted N side: int32, both passes.
     expected |= {(p, "int32", full, 1, True) for p in ("forward", "backward")}
     assert {(v.pass_, v.index_dtype, v.vec_kd, v.vec, v.shifted)
-            for v in variants.values()} == expected
+            for v in variants.values() if not v.band} == expected
+    # A band forward (compiler/band.py) per default range, int32, any N in it.
+    assert sorted((v.pass_, v.index_dtype, v.vec_kd, v.vec, v.n_range)
+                  for v in variants.values() if v.band) == sorted(
+        ("forward", "int32", full, 1, (p.min_n, p.max_n)) for p in band.default_params(config))
     assert set(variants) <= set(bodies)
 
 
@@ -130,6 +135,8 @@ def test_n_side_uses_the_widest_width_n_allows(lowered):
             vector, scalar = global_accesses(body, pointer)
             if variant.shifted:  # 16-byte vectors for any N; each row's ends element-wise
                 assert vector == {16} and scalar, (entry, pointer, vector, scalar)
+            elif variant.band:  # whole bands, 16-byte aligned for any N: vectors only
+                assert vector == {16} and not scalar, (entry, pointer, vector, scalar)
             elif variant.vec == 1:
                 assert not vector and scalar, (entry, pointer)
             else:

@@ -27,7 +27,7 @@ from typing import Any
 import tvm
 
 from psa_tvm._version import __version__
-from psa_tvm.compiler import shifted
+from psa_tvm.compiler import band, shifted
 from psa_tvm.compiler.compute import merge_backward, merge_forward, stream_pass
 from psa_tvm.compiler.cpu import build_cpu_library
 from psa_tvm.compiler.cuda_fixups import pack_16bit_gathers
@@ -61,6 +61,8 @@ class BuildRequest:
     # ((pass, Params), ...): a pass scheduled with params of its own. Empty -> with ``params``
     # given, every pass uses them; without, a family op's per-pass sets (family_defaults).
     pass_params: tuple[tuple[str, Any], ...] = ()
+    # The band forwards' BandParams (tiled merge builds); None -> band.default_params.
+    band_params: tuple[band.BandParams, ...] | None = None
 
     def resolved_params(self) -> Any:
         if self.params is not None:
@@ -98,12 +100,19 @@ class BuildRequest:
             return self.shifted_params
         return shifted.default_params(self.config)
 
+    def resolved_band_params(self) -> tuple[band.BandParams, ...]:
+        if self.band_params is not None:
+            return self.band_params
+        return band.default_params(self.config)
+
     @property
     def stem(self) -> str:
         described = params_as_dict(self.resolved_params())
         if self.shifted_params not in (None, shifted.default_params(self.config)):
             # Only non-default shifted params enter the digest: older stems stay as they were.
             described["shifted"] = shifted.as_record(self.shifted_params)
+        if self.band_params not in (None, band.default_params(self.config)):  # likewise
+            described["band"] = [band.as_record(p) for p in self.band_params]
         if own := self.own_pass_params():  # likewise: only builds with per-pass sets change
             described["passes"] = own
         blob = json.dumps(described, sort_keys=True)
@@ -121,6 +130,7 @@ class Variant:
     index_dtype: str
     vec_kd: int  # width on the side contiguous along kd (aligned whatever N is)
     shifted: bool = False  # 16-byte N-side vectors for any N (psa_tvm/compiler/shifted.py)
+    band: int = 0  # > 0: a band forward of this many rows (psa_tvm/compiler/band.py)
     min_numel: int = 0  # runs only for calls of at least this many merged elements
     n_range: tuple[int, int] | None = None  # runs only for first <= N <= last (None: any N)
 
@@ -180,6 +190,26 @@ def schedule_module(request: BuildRequest) -> dict[str, tuple[Variant, Any]]:
                              rule.apply(func, pass_, request.config, range_params, full_vec,
                                         full_vec))
     funcs.update(_shifted_variants(request, full_vec))
+    funcs.update(_band_variants(request, full_vec))
+    return funcs
+
+
+def _band_variants(request: BuildRequest, full_vec: int) -> dict[str, tuple[Variant, Any]]:
+    """The band forwards of a tiled merge build (int32, each for its range of ``N`` and calls
+    from its ``min_numel``), where the configuration fits them."""
+    if request.op != "merge" or request.schedule != "tiled" \
+            or full_vec != band.vector_width(request.config):
+        return {}
+    funcs = {}
+    for params in request.resolved_band_params():
+        if (why := band.fits(request.config, params)) is not None:
+            raise ValueError(f"band_params {params} cannot build {request.config.tag}: {why}")
+        n_range = (params.min_n, params.max_n)
+        symbol = kernel_symbol("forward", request.schedule, 1, "int32", full_vec,
+                               op=request.op, band=params.rows, n_range=n_range)
+        funcs[symbol] = (Variant("forward", 1, "int32", full_vec, band=params.rows,
+                                 min_numel=params.min_numel, n_range=n_range),
+                         band.band_forward(request.config, params, symbol))
     return funcs
 
 
@@ -235,7 +265,10 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
     lowered = lower_cuda({symbol: func for symbol, (_, func) in scheduled.items()}, arch=archs[-1])
     source = out_dir / f"{request.stem}.cu"
     source.parent.mkdir(parents=True, exist_ok=True)
-    source.write_text(pack_16bit_gathers(lowered.source, request.config.dtype))
+    source.write_text(band.min_blocks(
+        pack_16bit_gathers(lowered.source, request.config.dtype),
+        {lowered.kernels[symbol]["entry"]: params.ctas_per_sm
+         for symbol, params in _band_kernels(request, scheduled).items()}))
     compiled = compile_source(source, archs, compiler)
     rule = get_rule(request.schedule)
     params = request.resolved_params()
@@ -244,6 +277,9 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
         variant = scheduled[symbol][0]
         ranked = {"shifted": True, "rank": shifted.rank(request.config),
                   "min_numel": variant.min_numel} if variant.shifted else {}
+        if variant.band:
+            ranked = {"band": variant.band, "rank": band.rank(request.config),
+                      "min_numel": variant.min_numel}
         if variant.n_range is not None:
             ranked["min_n"], ranked["max_n"] = variant.n_range
         kernels.append({"pass": variant.pass_, "vec": variant.vec, "vec_kd": variant.vec_kd,
@@ -273,7 +309,17 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
         "binaries": [{**b, "path": str(folder / b["path"])} for b in compiled.binaries],
         "kernels": kernels,
         **shifted_params,
+        **({"band_params": [band.as_record(p) for p in bands.values()]}
+           if (bands := _band_kernels(request, scheduled)) else {}),
     }
+
+
+def _band_kernels(request: BuildRequest,
+                  scheduled: dict[str, tuple[Variant, Any]]) -> dict[str, band.BandParams]:
+    """The build's band forwards by global symbol, with the params each was built with."""
+    by_range = {(p.min_n, p.max_n): p for p in request.resolved_band_params()}
+    return {symbol: by_range[variant.n_range] for symbol, (variant, _) in scheduled.items()
+            if variant.band}
 
 
 def build_artifacts(requests: Iterable[BuildRequest], out_dir: str | os.PathLike,

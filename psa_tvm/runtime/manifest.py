@@ -42,7 +42,7 @@ _FUNCS = {"min": min, "max": max, "Div": _truncdiv, "truncdiv": _truncdiv,
 def kernel_symbol(pass_: str, schedule: str, vec: int, index_dtype: str,
                   vec_kd: int | None = None, op: str = "merge", shifted: bool = False,
                   small: bool = False, whole: bool = False,
-                  n_range: tuple[int, int] | None = None) -> str:
+                  n_range: tuple[int, int] | None = None, band: int = 0) -> str:
     """Global symbol of one kernel variant; TVM appends ``_kernel`` for the device entry.
 
     ``vec`` is the width along N, ``vec_kd`` the width along kd, named only where it differs
@@ -52,12 +52,13 @@ def kernel_symbol(pass_: str, schedule: str, vec: int, index_dtype: str,
     the second, small-call shifted backward of a split build ``s{vec_kd}small`` and the
     whole-row one (by ``N``) ``s{vec_kd}whole``. A plain kernel for a range of ``N`` (a tiled
     build's ``range_*`` params) appends ``n{first}to{last}``: ``psa_merge_fwd_tiled_v8n1024to2048
-    _i32``.
+    _i32``; so does a band forward of ``band`` rows (psa_tvm/compiler/band.py), named
+    ``band{rows}``: ``psa_merge_fwd_tiled_band16n897to960_i32``.
     """
     short = {"forward": "fwd", "backward": "bwd"}[pass_]
     widths = f"v{vec}" if vec_kd in (None, vec) else f"v{vec}k{vec_kd}"
     extra = "small" if small else "whole" if whole else ""
-    widths = f"s{vec_kd}{extra}" if shifted else widths
+    widths = f"s{vec_kd}{extra}" if shifted else f"band{band}" if band else widths
     if n_range is not None:
         widths += f"n{n_range[0]}to{n_range[1]}"
     return f"psa_{op}_{short}_{schedule}_{widths}_{'i64' if index_dtype == 'int64' else 'i32'}"
@@ -141,6 +142,8 @@ class KernelSpec:
     backward: the main kernel for large calls, the small-tile one below). A kernel with an
     ``N`` range (``max_n`` > 0: it runs only for ``min_n <= N <= max_n``, a whole-row shifted
     backward) comes before the kernels of its rank without one, wherever ``N`` is in range.
+    A band forward (``band`` > 0, compiler/band.py) ranks above every other kernel and runs
+    only in its ``N`` range and from its ``min_numel``.
     """
 
     pass_: str
@@ -156,6 +159,7 @@ class KernelSpec:
     resources: dict[str, dict]
     rank: int = 0
     shifted: bool = False
+    band: int = 0  # > 0: a band forward of this many rows (compiler/band.py), any N in range
     min_numel: int = 0  # the kernel runs only for calls of at least this many merged elements
     min_n: int = 0  # with max_n > 0: the kernel runs only for min_n <= N <= max_n
     max_n: int = 0  # 0: any N
@@ -164,6 +168,7 @@ class KernelSpec:
     def from_json(cls, data: dict) -> KernelSpec:
         return cls(pass_=data["pass"], vec=data["vec"], vec_kd=data.get("vec_kd", data["vec"]),
                    rank=data.get("rank", 2 * data["vec"]), shifted=data.get("shifted", False),
+                   band=data.get("band", 0),
                    min_numel=data.get("min_numel", 0), min_n=data.get("min_n", 0),
                    max_n=data.get("max_n", 0),
                    index_dtype=data["index_dtype"], entry=data["entry"],

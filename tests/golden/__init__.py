@@ -109,3 +109,20 @@ def shifted_kernel(pass_: str):
 
     return shifted.shifted_pass(SHIFTED_CONFIG, pass_, shifted.default_params(SHIFTED_CONFIG),
                                 golden_shifted_path(pass_).stem)
+
+
+#: The band forwards (psa_tvm/compiler/band.py), hand-written TIR like the shifted kernels, at
+#: the default params of each element size (key_dim 32: the only one they build for).
+BAND_CONFIGS = {"float16": OpConfig(32, 4, "float16"), "float32": OpConfig(32, 4, "float32")}
+
+
+def golden_band_path(dtype: str) -> Path:
+    return GOLDEN_DIR / f"band_forward_{dtype}.tvmscript"
+
+
+def band_kernel(dtype: str):
+    from psa_tvm.compiler import band
+
+    config = BAND_CONFIGS[dtype]
+    (params,) = band.default_params(config)
+    return band.band_forward(config, params, golden_band_path(dtype).stem)

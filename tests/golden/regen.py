@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from tests.golden import (
+    BAND_CONFIGS,
     CASES,
     PARAM_CASES,
     SHIFTED_PASSES,
+    band_kernel,
+    golden_band_path,
     golden_param_path,
     golden_path,
     golden_shifted_path,
@@ -26,4 +29,8 @@ if __name__ == "__main__":
     for pass_ in SHIFTED_PASSES:
         path = golden_shifted_path(pass_)
         path.write_text(shifted_kernel(pass_).script())
+        print(f"wrote {path}")
+    for dtype in BAND_CONFIGS:
+        path = golden_band_path(dtype)
+        path.write_text(band_kernel(dtype).script())
         print(f"wrote {path}")

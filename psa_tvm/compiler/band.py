@@ -1,0 +1,230 @@
+"""A persistent merge forward over bands of whole output rows, the next band's loads in flight.
+
+The tiled and shifted forwards cut each output row (``N`` elements of one ``(b, h, s, d)``)
+into tiles, so every CTA writes pieces of many rows; where a row's length in bytes is not a
+multiple of 32 (float32 ``N = 300``) those pieces end inside sectors, and at batch 64 such rows
+stayed at 1.04-1.08x a copy through every tile, order and store width tried (docs/perf.md
+v19-v25). A *band* is ``rows`` whole rows of one ``(b, h, s)`` block: ``rows * N`` contiguous
+output elements, 16-byte aligned for any ``N`` (``rows`` is a multiple of the vector width), so
+a CTA that owns a band writes it as a copy does, in address order, and the row length no longer
+shows.
+
+Each CTA walks the bands ``blockIdx.x, + gridDim.x, ...`` (the grid is the CTAs that fit the
+GPU at once, :attr:`BandParams.ctas`). Thread ``t`` loads kd-side vector ``t % (rows / vec)``
+of the positions ``t / (rows / vec) + j * step``: one base address and a constant stride, so
+the register stage (``stage_vectors`` 16-byte vectors a thread) costs registers for its data
+only. A band goes from the registers to a shared ``[rows, N]`` tile element by element, then the
+*next* band's loads are issued before the current tile is stored, so they are in flight while
+it leaves (docs/perf.md v25, calls 6 and 8: the same design staged in shared memory with
+``cp.async`` instead was slower everywhere).
+
+The kernel is hand-written TensorIR, like :mod:`psa_tvm.compiler.shifted`: a persistent loop
+with a register stage is no schedule of the merge's compute definition. It runs only where it
+was measured to beat the kernels it replaces: a range of ``N`` and calls of at least
+``min_numel`` merged elements (:func:`default_params`; below a GPU's worth of bands there is
+little to pipeline), at a launch rank above every other kernel's (:func:`rank`). A band
+backward of the same design was measured and not shipped (docs/perf.md v26).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from tvm.script import tirx as T
+from tvm.tirx import PrimFunc
+
+from psa_tvm.compiler.compute import parses_tvmscript
+from psa_tvm.config import OpConfig
+
+_STATIC_SMEM_BYTES = 48 * 1024
+#: The largest register stage: at 64 registers a thread ptxas spilled the v25 prototype from 9
+#: vectors up at 256 threads. Whether a build's stage fits is ptxas's report
+#: (tests/test_build.py: no band kernel spills).
+_MAX_STAGE_VECTORS = 8
+
+
+@dataclass(frozen=True)
+class BandParams:
+    """One band forward: its shape, and the calls it runs for."""
+
+    rows: int = 16
+    """Output rows per band (a multiple of the vector width, dividing ``key_dim``)."""
+    threads: int = 256
+    """Threads per CTA."""
+    ctas_per_sm: int = 4
+    """CTAs per SM: ``__launch_bounds__``' minimum (64 registers at 4 x 256 threads) and,
+    with :attr:`sms`, the grid."""
+    sms: int = 132
+    """SMs the grid is sized for (the H200's). A GPU with fewer runs the extra CTAs after the
+    first wave, correctly but with less overlap."""
+    min_n: int = 897
+    """The first ``N`` the kernel runs at."""
+    max_n: int = 960
+    """The last ``N`` the kernel runs at; it sizes the shared tile and the register stage."""
+    min_numel: int = 1 << 23
+    """Merged elements from which the kernel runs: below, too few bands per SM leave the
+    pipeline little to overlap (16-bit 16x40x23: 1.09-1.12x a copy against the tiled kernel's
+    1.00-1.01x; float32 16x20x15: 1.10x against 1.04x)."""
+
+    @property
+    def ctas(self) -> int:
+        return self.sms * self.ctas_per_sm
+
+
+def vector_width(config: OpConfig) -> int:
+    return 16 // config.itemsize
+
+
+def rank(config: OpConfig) -> int:
+    """Launch rank (``runtime/plan.py``): above every other kernel of the build (the aligned
+    shifted backward's ``2 * vec + 1`` included), inside the band kernel's ``N`` range."""
+    return 2 * vector_width(config) + 2
+
+
+def stage_vectors(config: OpConfig, params: BandParams) -> int:
+    """16-byte vectors per thread in the register stage: a band of ``max_n`` positions."""
+    return -(-params.max_n * params.rows // (vector_width(config) * params.threads))
+
+
+def shared_bytes(config: OpConfig, params: BandParams) -> int:
+    return params.rows * params.max_n * config.itemsize
+
+
+def default_params(config: OpConfig) -> tuple[BandParams, ...]:
+    """The band forwards measured to win (H200, key_dim 32; docs/perf.md v26 calls 2-4):
+    16-bit ``N`` 897-960 (40x23, 48x19, 32x29, 30x30, 31x29) from 8M merged elements (batch
+    64 at 4 and 6 heads), float32 ``N`` 297-303 (20x15) from 2M (batch 32 at 4 heads). Not
+    float32 ``N = 296``, where TVM's kernel ran 1.09-1.11x a copy against the shipped 1.02-1.03x
+    (and the hand-written prototype's 1.02-1.03x). Other key dims: none measured, none built."""
+    if config.key_dim != 32:
+        return ()
+    if config.itemsize == 2:
+        return (BandParams(),)
+    return (BandParams(rows=32, threads=512, ctas_per_sm=2, min_n=297, max_n=303,
+                       min_numel=1 << 21),)
+
+
+def as_record(params: BandParams) -> dict[str, int]:
+    """``params`` as a manifest stores them."""
+    return asdict(params)
+
+
+def fits(config: OpConfig, params: BandParams) -> str | None:
+    """Why ``params`` cannot build ``config`` (None if they can)."""
+    vec, kd = vector_width(config), config.key_dim
+    if params.rows % vec or kd % params.rows:
+        return f"rows {params.rows}: not a multiple of {vec} dividing key_dim {kd}"
+    if params.threads % (params.rows // vec) or params.threads % 32:
+        return f"threads {params.threads}: not whole warps of whole positions"
+    if not 0 < params.min_n <= params.max_n:
+        return f"N range {params.min_n}..{params.max_n} is empty"
+    if shared_bytes(config, params) > _STATIC_SMEM_BYTES:
+        return f"{shared_bytes(config, params)} bytes of shared memory, past 48 KB"
+    if stage_vectors(config, params) > _MAX_STAGE_VECTORS:
+        return (f"{stage_vectors(config, params)} stage vectors a thread, past "
+                f"{_MAX_STAGE_VECTORS} (the stage would spill)")
+    if params.ctas_per_sm < 1 or params.sms < 1 or params.min_numel < 0:
+        return "ctas_per_sm and sms must be positive, min_numel not negative"
+    return None
+
+
+@parses_tvmscript
+def band_forward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
+    """``out[b, h, s, d, n] = (lo, hi)[s][b*nh + h, n, d]`` for ``N <= params.max_n``, a band
+    of ``params.rows`` output rows at a time; see the module doc."""
+    kd, nh, dtype = config.key_dim, config.num_heads, config.dtype
+    V = vector_width(config)
+    R = params.rows
+    BV = R // V  # kd-side vectors of one position in a band
+    bands = kd // R
+    threads = params.threads
+    step = threads // BV  # positions between a thread's stage vectors
+    L = stage_vectors(config, params)
+    ctas = params.ctas
+    tile_elems = R * params.max_n
+
+    @T.prim_func
+    def forward(lo_h: T.handle, hi_h: T.handle, out_h: T.handle, N: T.int32):
+        T.func_attr({"global_symbol": name, "tirx.noalias": True})
+        B = T.int32()
+        lo = T.match_buffer(lo_h, (B * nh, N, kd), dtype)
+        hi = T.match_buffer(hi_h, (B * nh, N, kd), dtype)
+        out = T.match_buffer(out_h, (B, nh, 2, kd, N), dtype)
+        lo_flat = T.decl_buffer((B * nh * N * kd,), dtype, data=lo.data)
+        hi_flat = T.decl_buffer((B * nh * N * kd,), dtype, data=hi.data)
+        out_flat = T.decl_buffer((B * nh * 2 * kd * N,), dtype, data=out.data)
+        bx = T.launch_thread("blockIdx.x", T.min(B * (nh * 2 * bands), ctas))
+        tx = T.launch_thread("threadIdx.x", threads)
+        tile_alloc = T.alloc_buffer((tile_elems,), dtype, scope="shared")
+        # Accessed through a view: TVM would otherwise shrink the allocation to the region
+        # that its N-dependent indices bound, a size that CUDA codegen cannot allocate.
+        tile = T.decl_buffer((tile_elems,), dtype, data=tile_alloc.data, scope="shared")
+        stage = T.alloc_buffer((L * V,), dtype, scope="local")
+        units: T.let[T.int32] = B * (nh * 2 * bands)
+        grid: T.let[T.int32] = T.min(units, ctas)
+        p0: T.let[T.int32] = tx // BV
+        kv: T.let[T.int32] = tx % BV
+        # The first band's loads (bx < units: the grid is at most one CTA per band).
+        src0: T.let[T.int32] = ((bx // (2 * bands)) * N + p0) * kd + (bx % bands) * R + kv * V
+        if (bx // bands) % 2 == 0:  # the stream is the CTA's: one branch, not one per load
+            for j in T.unroll(L):
+                if p0 + j * step < N:
+                    for e in T.vectorized(V):
+                        stage[j * V + e] = lo_flat[src0 + j * (step * kd) + e]
+        else:
+            for j in T.unroll(L):
+                if p0 + j * step < N:
+                    for e in T.vectorized(V):
+                        stage[j * V + e] = hi_flat[src0 + j * (step * kd) + e]
+        # Truncating division (every operand is positive): a floor division by a variable
+        # prints sign fix-ups.
+        for k in T.serial(T.truncdiv(units - bx + grid - 1, grid)):
+            unit: T.let[T.int32] = bx + k * grid
+            for j in T.unroll(L):  # the stage into the [rows, N] tile
+                if p0 + j * step < N:
+                    for e in T.unroll(V):
+                        tile[(kv * V + e) * N + p0 + j * step] = stage[j * V + e]
+            T.tvm_storage_sync("shared")
+            nxt: T.let[T.int32] = unit + grid
+            if nxt < units:  # the next band's loads, in flight while this one is stored
+                src: T.let[T.int32] = ((nxt // (2 * bands)) * N + p0) * kd + (
+                    nxt % bands) * R + kv * V
+                if (nxt // bands) % 2 == 0:
+                    for j in T.unroll(L):
+                        if p0 + j * step < N:
+                            for e in T.vectorized(V):
+                                stage[j * V + e] = lo_flat[src + j * (step * kd) + e]
+                else:
+                    for j in T.unroll(L):
+                        if p0 + j * step < N:
+                            for e in T.vectorized(V):
+                                stage[j * V + e] = hi_flat[src + j * (step * kd) + e]
+            # The band is rows * N contiguous output elements: 16-byte stores in address order.
+            # One trip count for the CTA, a bound per store: a trip count that depends on the
+            # thread made ptxas spill (4 bytes at 4 x 256 threads, 16-bit).
+            dst: T.let[T.int32] = ((unit // bands) * kd + (unit % bands) * R) * N
+            for i in T.serial((R * N // V + threads - 1) // threads):
+                if tx + i * threads < R * N // V:
+                    for e in T.vectorized(V):
+                        out_flat[dst + (tx + i * threads) * V + e] = tile[
+                            (tx + i * threads) * V + e]
+            T.tvm_storage_sync("shared")  # the tile is free for the next band
+
+    return forward
+
+
+def min_blocks(source: str, entries: dict[str, int]) -> str:
+    """Give each kernel of ``entries`` (device entry -> CTAs per SM) ``__launch_bounds__``'
+    minimum of resident CTAs, which TVM does not print: without it ptxas may take more
+    registers than :attr:`BandParams.ctas_per_sm` CTAs can share."""
+    for entry, ctas in entries.items():
+        pattern = re.compile(rf"__launch_bounds__\((\d+)\) {re.escape(entry)}\(")
+        source, count = pattern.subn(rf"__launch_bounds__(\1, {ctas}) {entry}(", source)
+        if not count:
+            raise ValueError(f"{entry}: no __launch_bounds__ declaration in the source")
+    return source
+
+
+__all__ = ["BandParams", "band_forward", "default_params", "fits", "min_blocks", "rank",
+           "shared_bytes", "stage_vectors"]
