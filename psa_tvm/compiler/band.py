@@ -144,6 +144,22 @@ def band_forward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
     ctas = params.ctas
     tile_elems = R * params.max_n
 
+    @T.macro
+    def load_band(unit, N, p0, kv, stage, lo_flat, hi_flat):
+        """Band ``unit``'s vectors into ``stage``: positions ``p0 + j * step``, vector ``kv``."""
+        src: T.let[T.int32] = ((unit // (2 * bands)) * N + p0) * kd + (
+            unit % bands) * R + kv * V
+        if (unit // bands) % 2 == 0:  # the stream is the CTA's: one branch, not one per load
+            for j in T.unroll(L):
+                if p0 + j * step < N:
+                    for e in T.vectorized(V):
+                        stage[j * V + e] = lo_flat[src + j * (step * kd) + e]
+        else:
+            for j in T.unroll(L):
+                if p0 + j * step < N:
+                    for e in T.vectorized(V):
+                        stage[j * V + e] = hi_flat[src + j * (step * kd) + e]
+
     @T.prim_func
     def forward(lo_h: T.handle, hi_h: T.handle, out_h: T.handle, N: T.int32):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
@@ -165,18 +181,8 @@ def band_forward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
         grid: T.let[T.int32] = T.min(units, ctas)
         p0: T.let[T.int32] = tx // BV
         kv: T.let[T.int32] = tx % BV
-        # The first band's loads (bx < units: the grid is at most one CTA per band).
-        src0: T.let[T.int32] = ((bx // (2 * bands)) * N + p0) * kd + (bx % bands) * R + kv * V
-        if (bx // bands) % 2 == 0:  # the stream is the CTA's: one branch, not one per load
-            for j in T.unroll(L):
-                if p0 + j * step < N:
-                    for e in T.vectorized(V):
-                        stage[j * V + e] = lo_flat[src0 + j * (step * kd) + e]
-        else:
-            for j in T.unroll(L):
-                if p0 + j * step < N:
-                    for e in T.vectorized(V):
-                        stage[j * V + e] = hi_flat[src0 + j * (step * kd) + e]
+        # The first band (bx < units: the grid is at most one CTA per band).
+        load_band(bx, N, p0, kv, stage, lo_flat, hi_flat)
         # Truncating division (every operand is positive): a floor division by a variable
         # prints sign fix-ups.
         for k in T.serial(T.truncdiv(units - bx + grid - 1, grid)):
@@ -188,18 +194,7 @@ def band_forward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
             T.tvm_storage_sync("shared")
             nxt: T.let[T.int32] = unit + grid
             if nxt < units:  # the next band's loads, in flight while this one is stored
-                src: T.let[T.int32] = ((nxt // (2 * bands)) * N + p0) * kd + (
-                    nxt % bands) * R + kv * V
-                if (nxt // bands) % 2 == 0:
-                    for j in T.unroll(L):
-                        if p0 + j * step < N:
-                            for e in T.vectorized(V):
-                                stage[j * V + e] = lo_flat[src + j * (step * kd) + e]
-                else:
-                    for j in T.unroll(L):
-                        if p0 + j * step < N:
-                            for e in T.vectorized(V):
-                                stage[j * V + e] = hi_flat[src + j * (step * kd) + e]
+                load_band(nxt, N, p0, kv, stage, lo_flat, hi_flat)
             # The band is rows * N contiguous output elements: 16-byte stores in address order.
             # One trip count for the CTA, a bound per store: a trip count that depends on the
             # thread made ptxas spill (4 bytes at 4 x 256 threads, 16-bit).
