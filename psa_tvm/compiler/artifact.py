@@ -265,10 +265,10 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
     lowered = lower_cuda({symbol: func for symbol, (_, func) in scheduled.items()}, arch=archs[-1])
     source = out_dir / f"{request.stem}.cu"
     source.parent.mkdir(parents=True, exist_ok=True)
+    bands = _band_kernels(request, scheduled)
     source.write_text(band.min_blocks(
         pack_16bit_gathers(lowered.source, request.config.dtype),
-        {lowered.kernels[symbol]["entry"]: params.ctas_per_sm
-         for symbol, params in _band_kernels(request, scheduled).items()}))
+        {lowered.kernels[symbol]["entry"]: params.ctas_per_sm for symbol, params in bands.items()}))
     compiled = compile_source(source, archs, compiler)
     rule = get_rule(request.schedule)
     params = request.resolved_params()
@@ -309,8 +309,7 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
         "binaries": [{**b, "path": str(folder / b["path"])} for b in compiled.binaries],
         "kernels": kernels,
         **shifted_params,
-        **({"band_params": [band.as_record(p) for p in bands.values()]}
-           if (bands := _band_kernels(request, scheduled)) else {}),
+        **({"band_params": [band.as_record(p) for p in bands.values()]} if bands else {}),
     }
 
 
