@@ -187,8 +187,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             shifted = (f" shifted (16-byte N side for any N, from {kernel.min_numel} elements)"
                        if kernel.shifted else "")
             if kernel.band:
+                upto = f" to {kernel.max_numel}" if kernel.max_numel else ""
                 shifted = (f" band of {kernel.band} rows (N {kernel.min_n}-{kernel.max_n}, from "
-                           f"{kernel.min_numel} elements, persistent grid)")
+                           f"{kernel.min_numel}{upto} elements, persistent grid)")
             print(f"   variant     : vec={kernel.vec} vec_kd={kernel.vec_kd} "
                   f"{kernel.index_dtype}{shifted}")
             print("   parameters  : " + ", ".join(

@@ -4,6 +4,7 @@ them (inside their ``N`` range, from their size, with 16-byte aligned data only)
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -20,17 +21,38 @@ FLOAT = OpConfig(32, 4, "float32")
 
 
 def _params(config: OpConfig):
-    (params,) = band.default_params(config)
-    return params
+    """The band forward of the config's first ``N`` range (every config has one)."""
+    return band.default_params(config)[0]
 
 
 def test_default_params_fit_and_cover_the_measured_rows():
     half, single = _params(HALF), _params(FLOAT)
-    assert band.fits(HALF, half) is None and band.fits(FLOAT, single) is None
+    assert all(band.fits(c, p) is None for c in (HALF, FLOAT) for p in band.default_params(c))
     assert half.min_n <= 40 * 23 <= half.max_n and single.min_n <= 20 * 15 <= single.max_n
     assert not single.min_n <= 8 * 37 <= single.max_n  # N = 296: measured to lose
     assert band.stage_vectors(HALF, half) == 8 and band.stage_vectors(FLOAT, single) == 5
+    assert len(band.default_params(FLOAT)) == 1  # float32 37x29: every band variant lost
     assert band.default_params(OpConfig(16, 4, "float16")) == ()  # measured at key_dim 32 only
+
+
+def test_the_37x29_kernels_split_the_calls_by_the_waves_they_fill():
+    """16-bit N = 1072-1080: three kernels with ordered, disjoint size ranges, and at every N
+    of the range the same B * nh falls in each (40-66, 88-99, 120-132 rows), where its bands
+    fill most of one, one and two waves of the CTAs that fit; the sizes between keep the
+    shipped kernel."""
+    tail = band.default_params(HALF)[1:]
+    assert len(tail) == 3 and all(p.min_n <= 37 * 29 <= p.max_n for p in tail)
+    for before, after in itertools.pairwise(tail):
+        assert after.min_numel > before.max_numel
+    spans = ((40, 66, 1), (88, 99, 1), (120, 132, 2))  # B * nh, and the waves its bands fill
+    for params, (first, last, waves) in zip(tail, spans, strict=True):
+        bands_per_row = 2 * HALF.key_dim // params.rows
+        assert -(-last * bands_per_row // params.ctas) == waves
+        for n in range(params.min_n, params.max_n + 1):
+            per_row = 2 * HALF.key_dim * n  # merged elements of one B * nh
+            rows = [r for r in range(1, 200) if params.min_numel <= r * per_row
+                    <= params.max_numel]
+            assert (rows[0], rows[-1]) == (first, last), (params, n)
 
 
 @pytest.mark.parametrize(("changes", "why"), [
@@ -40,6 +62,8 @@ def test_default_params_fit_and_cover_the_measured_rows():
     ({"rows": 32, "max_n": 960}, "past 48 KB"),
     ({"max_n": 1100}, "would spill"),
     ({"ctas_per_sm": 0}, "must be positive"),
+    ({"threads": 512, "ctas_per_sm": 5}, "an SM holds"),
+    ({"min_numel": 100, "max_numel": 99}, "are empty"),
 ])
 def test_fits_names_what_is_wrong(changes, why):
     assert why in band.fits(HALF, replace(_params(HALF), **changes))
@@ -57,37 +81,47 @@ def test_min_blocks_adds_the_resident_ctas_to_one_kernel():
 
 
 @pytest.mark.parametrize("config", [HALF, FLOAT], ids=lambda c: c.tag)
-def test_the_launch_rule_picks_the_band_forward_inside_its_range_only(small_artifacts, config):
+def test_the_launch_rule_picks_each_band_forward_inside_its_ranges_only(small_artifacts,
+                                                                         config):
     build = Manifest.load(small_artifacts).find(config, "tiled")
-    (kernel,) = [k for k in build.kernels if k.band]
-    params = _params(config)
-    assert (kernel.pass_, kernel.vec, kernel.index_dtype, kernel.band) == (
-        "forward", 1, "int32", params.rows)
-    assert (kernel.min_n, kernel.max_n, kernel.min_numel) == (
-        params.min_n, params.max_n, params.min_numel)
-    assert kernel.rank == band.rank(config) > max(k.rank for k in build.kernels if not k.band)
-    assert kernel.dynamic_smem_bytes == 0
-    assert build.source.read_text().count(
-        f"__launch_bounds__({params.threads}, {params.ctas_per_sm}) {kernel.entry}(") == 2
+    kernels = [k for k in build.kernels if k.band]
+    assert len(kernels) == len(band.default_params(config))
     channels = config.channels
 
-    def chosen(n: int, numel: int, alignment: int = 16):
-        batch = -(-numel // (channels * n))
+    def chosen(n: int, batch: int, alignment: int = 16):
         dims = MergeDims(batch, config.num_heads, config.key_dim, 1, n, n)
-        return choose(build, "forward", dims, alignment).kernel
+        return choose(build, "forward", dims, alignment).kernel.entry
 
-    for n in (params.min_n, params.min_n + 1, params.max_n):  # odd and even N
-        assert chosen(n, params.min_numel).entry == kernel.entry, n
-        assert chosen(n, params.min_numel - channels * n).entry != kernel.entry  # too small
-        assert chosen(n, params.min_numel, alignment=8).entry != kernel.entry
-    for n in (params.min_n - 1, params.max_n + 1):
-        assert chosen(n, 4 * params.min_numel).entry != kernel.entry, n
+    for params in band.default_params(config):
+        (kernel,) = [k for k in kernels if (k.band, int(k.block[0]), k.min_n, k.min_numel) == (
+            params.rows, params.threads, params.min_n, params.min_numel)]
+        assert (kernel.pass_, kernel.vec, kernel.index_dtype) == ("forward", 1, "int32")
+        assert (kernel.min_n, kernel.max_n, kernel.max_numel) == (
+            params.min_n, params.max_n, params.max_numel)
+        assert kernel.rank == band.rank(config) > max(k.rank for k in build.kernels
+                                                      if not k.band)
+        assert kernel.dynamic_smem_bytes == 0
+        assert build.source.read_text().count(
+            f"__launch_bounds__({params.threads}, {params.ctas_per_sm}) {kernel.entry}(") == 2
+        for n in (params.min_n, params.min_n + 1, params.max_n):  # odd and even N
+            first = -(-params.min_numel // (channels * n))  # the smallest batch it runs
+            last = params.max_numel // (channels * n) if params.max_numel else 4 * first
+            assert first <= last, (params, n)
+            assert chosen(n, first) == chosen(n, last) == kernel.entry, n
+            assert chosen(n, first - 1) != kernel.entry  # too small
+            if params.max_numel:
+                assert chosen(n, last + 1) != kernel.entry  # too large
+            assert chosen(n, first, alignment=8) != kernel.entry
+        first = -(-params.min_numel // (channels * params.max_n))
+        for n in (params.min_n - 1, params.max_n + 1):
+            assert chosen(n, first) != kernel.entry, n
 
-    # The grid: one CTA per band up to the CTAs that fit the GPU, then persistent.
-    def grid(batch: int) -> tuple:
-        dims = MergeDims(batch, config.num_heads, config.key_dim, 1, params.max_n, params.max_n)
-        return kernel.launch_dims(kernel.bind_symbols(kernel_shapes(dims)))
+        # The grid: one CTA per band up to the CTAs that fit the GPU, then persistent.
+        def grid(batch: int, kernel=kernel, params=params) -> tuple:
+            dims = MergeDims(batch, config.num_heads, config.key_dim, 1, params.max_n,
+                             params.max_n)
+            return kernel.launch_dims(kernel.bind_symbols(kernel_shapes(dims)))
 
-    bands_per_batch = 2 * config.num_heads * config.key_dim // params.rows
-    assert grid(1) == ((bands_per_batch, 1, 1), (params.threads, 1, 1))
-    assert grid(512) == ((params.ctas, 1, 1), (params.threads, 1, 1))
+        bands_per_batch = 2 * config.num_heads * config.key_dim // params.rows
+        assert grid(1) == ((bands_per_batch, 1, 1), (params.threads, 1, 1))
+        assert grid(512) == ((params.ctas, 1, 1), (params.threads, 1, 1))

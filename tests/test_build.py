@@ -117,8 +117,8 @@ def test_manifest_has_every_dtype_schedule_and_arch(manifest, raw_manifest):
 
 def test_every_build_has_its_kernel_variants(manifest):
     for build in manifest.builds:
-        variants = {(k.pass_, k.vec_kd, k.vec, k.index_dtype, k.shifted, k.band, k.max_n)
-                    for k in build.kernels}
+        variants = {(k.pass_, k.vec_kd, k.vec, k.index_dtype, k.shifted, k.band, k.max_n,
+                     k.min_numel) for k in build.kernels}
         assert len(variants) == len(build.kernels), "duplicate variants"
         itemsize = ITEMSIZE[build.config.dtype]
         if build.schedule == "rowwise":
@@ -143,6 +143,7 @@ def test_every_build_has_its_kernel_variants(manifest):
             n_range = (kernel.min_n, kernel.max_n) if kernel.band else None
             symbol = kernel_symbol(kernel.pass_, build.schedule, kernel.vec, kernel.index_dtype,
                                    kernel.vec_kd, shifted=kernel.shifted, band=kernel.band,
+                                   band_threads=int(kernel.block[0]) if kernel.band else 0,
                                    n_range=n_range)
             assert kernel.entry == f"{symbol}_kernel"
         # Tiled merge builds of key_dim 32 add a band forward per default range (int32).

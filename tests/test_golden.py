@@ -45,7 +45,7 @@ def test_shifted_kernel_matches_the_golden_file(pass_):
     assert shifted_kernel(pass_).script() == golden_shifted_path(pass_).read_text()
 
 
-@pytest.mark.parametrize("dtype", BAND_CONFIGS)
-def test_band_forward_matches_the_golden_file(dtype):
+@pytest.mark.parametrize("name", BAND_CONFIGS)
+def test_band_forward_matches_the_golden_file(name):
     """The hand-written band forwards, compared as text like the shifted kernels."""
-    assert band_kernel(dtype).script() == golden_band_path(dtype).read_text()
+    assert band_kernel(name).script() == golden_band_path(name).read_text()

@@ -132,7 +132,7 @@ def test_shifted_kernels_at_every_n(gpu_artifacts, config):
             aligned = pass_ == "backward" and config.itemsize == 2 and along_n == full
             kernel = check(op, config, batch, 1, n, seed=n)
             if kernel.band:  # a band forward's N range and size (tests/test_gpu_band.py)
-                assert kernel.runs_at(n) and batch * config.channels * n >= kernel.min_numel
+                assert kernel.runs_at(n) and kernel.runs_for(batch * config.channels * n)
                 continue
             assert kernel.shifted == ((narrow or aligned) and large), (n, pass_, kernel.entry)
             ran["aligned backward" if aligned else pass_] += kernel.shifted
@@ -160,8 +160,8 @@ def test_rectangular_and_odd_grids(gpu_artifacts, config):
                     batch * config.channels * n >= 1 << 21)
                 assert kernel.vec_kd == full, kernel.entry
                 if kernel.band:  # a band kernel's N range and size (tests/test_gpu_band.py)
-                    assert kernel.runs_at(n) and (
-                        batch * config.channels * n >= kernel.min_numel), kernel.entry
+                    assert kernel.runs_at(n) and kernel.runs_for(
+                        batch * config.channels * n), kernel.entry
                     continue
                 assert kernel.shifted == shifted, kernel.entry
                 assert shifted or kernel.vec == vec, kernel.entry

@@ -130,7 +130,7 @@ class Variant:
     index_dtype: str
     vec_kd: int  # width on the side contiguous along kd (aligned whatever N is)
     shifted: bool = False  # 16-byte N-side vectors for any N (psa_tvm/compiler/shifted.py)
-    band: int = 0  # > 0: a band forward of this many rows (psa_tvm/compiler/band.py)
+    band: band.BandParams | None = None  # a band forward (psa_tvm/compiler/band.py)
     min_numel: int = 0  # runs only for calls of at least this many merged elements
     n_range: tuple[int, int] | None = None  # runs only for first <= N <= last (None: any N)
 
@@ -206,8 +206,12 @@ def _band_variants(request: BuildRequest, full_vec: int) -> dict[str, tuple[Vari
             raise ValueError(f"band_params {params} cannot build {request.config.tag}: {why}")
         n_range = (params.min_n, params.max_n)
         symbol = kernel_symbol("forward", request.schedule, 1, "int32", full_vec,
-                               op=request.op, band=params.rows, n_range=n_range)
-        funcs[symbol] = (Variant("forward", 1, "int32", full_vec, band=params.rows,
+                               op=request.op, band=params.rows, band_threads=params.threads,
+                               n_range=n_range)
+        if symbol in funcs:
+            raise ValueError(f"band_params: two kernels of {params.rows} rows at "
+                             f"{params.threads} threads for N {n_range[0]}..{n_range[1]}")
+        funcs[symbol] = (Variant("forward", 1, "int32", full_vec, band=params,
                                  min_numel=params.min_numel, n_range=n_range),
                          band.band_forward(request.config, params, symbol))
     return funcs
@@ -277,9 +281,11 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
         variant = scheduled[symbol][0]
         ranked = {"shifted": True, "rank": shifted.rank(request.config),
                   "min_numel": variant.min_numel} if variant.shifted else {}
-        if variant.band:
-            ranked = {"band": variant.band, "rank": band.rank(request.config),
-                      "min_numel": variant.min_numel}
+        if variant.band is not None:
+            ranked = {"band": variant.band.rows, "rank": band.rank(request.config),
+                      "min_numel": variant.min_numel,
+                      **({"max_numel": variant.band.max_numel} if variant.band.max_numel
+                         else {})}
         if variant.n_range is not None:
             ranked["min_n"], ranked["max_n"] = variant.n_range
         kernels.append({"pass": variant.pass_, "vec": variant.vec, "vec_kd": variant.vec_kd,
@@ -316,9 +322,8 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
 def _band_kernels(request: BuildRequest,
                   scheduled: dict[str, tuple[Variant, Any]]) -> dict[str, band.BandParams]:
     """The build's band forwards by global symbol, with the params each was built with."""
-    by_range = {(p.min_n, p.max_n): p for p in request.resolved_band_params()}
-    return {symbol: by_range[variant.n_range] for symbol, (variant, _) in scheduled.items()
-            if variant.band}
+    return {symbol: variant.band for symbol, (variant, _) in scheduled.items()
+            if variant.band is not None}
 
 
 def build_artifacts(requests: Iterable[BuildRequest], out_dir: str | os.PathLike,

@@ -42,6 +42,7 @@ _STATIC_SMEM_BYTES = 48 * 1024
 #: vectors up at 256 threads. Whether a build's stage fits is ptxas's report
 #: (tests/test_build.py: no band kernel spills).
 _MAX_STAGE_VECTORS = 8
+_MAX_THREADS_PER_SM = 2048
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,10 @@ class BandParams:
     """Merged elements from which the kernel runs: below, too few bands per SM leave the
     pipeline little to overlap (16-bit 16x40x23: 1.09-1.12x a copy against the tiled kernel's
     1.00-1.01x; float32 16x20x15: 1.10x against 1.04x)."""
+    max_numel: int = 0
+    """Merged elements up to which the kernel runs (0: any call from ``min_numel``). A band
+    kernel is at its best where its bands fill whole waves of :attr:`ctas`; the variants of one
+    ``N`` range split the call sizes between them by that (:func:`default_params`)."""
 
     @property
     def ctas(self) -> int:
@@ -92,17 +97,46 @@ def shared_bytes(config: OpConfig, params: BandParams) -> int:
 
 
 def default_params(config: OpConfig) -> tuple[BandParams, ...]:
-    """The band forwards measured to win (H200, key_dim 32; docs/perf.md v26 calls 2-4):
-    16-bit ``N`` 897-960 (40x23, 48x19, 32x29, 30x30, 31x29) from 8M merged elements (batch
-    64 at 4 and 6 heads), float32 ``N`` 297-303 (20x15) from 2M (batch 32 at 4 heads). Not
-    float32 ``N = 296``, where TVM's kernel ran 1.09-1.11x a copy against the shipped 1.02-1.03x
-    (and the hand-written prototype's 1.02-1.03x). Other key dims: none measured, none built."""
+    """The band forwards measured to win (H200, key_dim 32; docs/perf.md v26 calls 2-4, v27):
+
+    - 16-bit ``N`` 897-960 (40x23, 48x19, 32x29, 30x30, 31x29) from 8M merged elements (batch
+      64 at 4 and 6 heads);
+    - 16-bit ``N`` 1072-1080 (37x29), three kernels by call size, each where its bands fill
+      most of one or two whole waves of the GPU's CTAs: 8-row bands at 4 x 512 threads for 40-66
+      ``B * nh`` (one wave of 528 CTAs; 16x37x29 at 4 heads 0.96-0.99x a copy against the
+      shipped 1.03-1.06x), 16-row bands at 3 x 512 for 88-99 (one wave of 396: 24x37x29 and
+      nh 6 16x37x29 0.98-1.01 against 1.03-1.05), 16-row bands at 2 x 1024 for 120-132 (two
+      waves of 264: 32x37x29 1.03-1.04 against 1.08-1.09, nh 2 64x37x29 1.02-1.04 against
+      1.08). In between, where a wave is far from full, the shipped kernel was faster (68 rows:
+      0.80 against 0.74; 100 rows: 0.90 against 0.85), and past 132 (batch 64 at 4 heads)
+      every band variant lost to it (1.09-1.10 against 1.07-1.09);
+    - float32 ``N`` 297-303 (20x15) from 2M (batch 32 at 4 heads). Not float32 ``N = 296``,
+      where TVM's kernel ran 1.09-1.11x a copy against the shipped 1.02-1.03x, nor float32
+      37x29, where 8-row bands read a quarter of each input line (1.09-1.25 against 1.05-1.07).
+
+    Other key dims: none measured, none built."""
     if config.key_dim != 32:
         return ()
     if config.itemsize == 2:
-        return (BandParams(),)
+        # Merged elements of one B * nh at the range's first and last N: a limit of r rows
+        # is r * per_row at the far end of the range from the calls it must keep out.
+        first_row, per_row = (2 * config.key_dim * n for n in _TAIL_N)
+        tail = dict(min_n=_TAIL_N[0], max_n=_TAIL_N[1])
+        return (BandParams(),
+                BandParams(rows=8, threads=512, ctas_per_sm=4, **tail,
+                           min_numel=40 * first_row, max_numel=66 * per_row),
+                BandParams(rows=16, threads=512, ctas_per_sm=3, **tail,
+                           min_numel=88 * first_row, max_numel=99 * per_row),
+                BandParams(rows=16, threads=1024, ctas_per_sm=2, **tail,
+                           min_numel=120 * first_row, max_numel=132 * per_row))
     return (BandParams(rows=32, threads=512, ctas_per_sm=2, min_n=297, max_n=303,
                        min_numel=1 << 21),)
+
+
+#: The 16-bit ``N`` range of the call-size split (37x29 = 1073; the stage is sized for 1080).
+#: Narrow enough that the limits in merged elements fall between the same ``B * nh`` at every
+#: ``N`` in it (``133 * 1072 > 132 * 1080``): it is ``B * nh`` that fills the waves.
+_TAIL_N = (1072, 1080)
 
 
 def as_record(params: BandParams) -> dict[str, int]:
@@ -126,6 +160,11 @@ def fits(config: OpConfig, params: BandParams) -> str | None:
                 f"{_MAX_STAGE_VECTORS} (the stage would spill)")
     if params.ctas_per_sm < 1 or params.sms < 1 or params.min_numel < 0:
         return "ctas_per_sm and sms must be positive, min_numel not negative"
+    if params.ctas_per_sm * params.threads > _MAX_THREADS_PER_SM:
+        return (f"{params.ctas_per_sm} x {params.threads} threads, past the "
+                f"{_MAX_THREADS_PER_SM} an SM holds")
+    if params.max_numel and params.max_numel < params.min_numel:
+        return f"call sizes {params.min_numel}..{params.max_numel} are empty"
     return None
 
 

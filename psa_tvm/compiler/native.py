@@ -248,8 +248,8 @@ def _kernel_record(k: dict, index: int, build_index: int,
               f"{1 if k['index_dtype'] == 'int64' else 0}, {json.dumps(k['entry'])}, "
               f"{len(params)}, {{{', '.join(params)}}}, {len(syms)}, {{{', '.join(syms)}}}, "
               f"{fn}, {int(k.get('dynamic_smem_bytes', 0))}u, "
-              f"{int(k.get('min_numel', 0))}LL, {int(k.get('min_n', 0))}LL, "
-              f"{int(k.get('max_n', 0))}LL}}")
+              f"{int(k.get('min_numel', 0))}LL, {int(k.get('max_numel', 0))}LL, "
+              f"{int(k.get('min_n', 0))}LL, {int(k.get('max_n', 0))}LL}}")
     return dims, record
 
 
@@ -325,7 +325,8 @@ def generate_source(root: Path, manifest: dict, cpu_objects: dict[OpConfig, dict
                 # an 8-byte N side), then a kernel with an N range (a whole-row shifted
                 # backward) before those without, then the larger min_numel (a split shifted
                 # backward's main kernel before its small-call one), so ChooseKernel takes
-                # the first that fits.
+                # the first that fits. Band kernels of one N range have disjoint size
+                # ranges (min_numel..max_numel), so at most one of them fits a call.
                 kernels = sorted(build["kernels"], key=lambda k: (
                     k["pass"], k["index_dtype"], -int(k.get("vec_kd", k["vec"])),
                     -int(k.get("rank", 2 * k["vec"])), -(int(k.get("max_n", 0)) > 0),

@@ -42,7 +42,8 @@ _FUNCS = {"min": min, "max": max, "Div": _truncdiv, "truncdiv": _truncdiv,
 def kernel_symbol(pass_: str, schedule: str, vec: int, index_dtype: str,
                   vec_kd: int | None = None, op: str = "merge", shifted: bool = False,
                   small: bool = False, whole: bool = False,
-                  n_range: tuple[int, int] | None = None, band: int = 0) -> str:
+                  n_range: tuple[int, int] | None = None, band: int = 0,
+                  band_threads: int = 0) -> str:
     """Global symbol of one kernel variant; TVM appends ``_kernel`` for the device entry.
 
     ``vec`` is the width along N, ``vec_kd`` the width along kd, named only where it differs
@@ -52,13 +53,16 @@ def kernel_symbol(pass_: str, schedule: str, vec: int, index_dtype: str,
     the second, small-call shifted backward of a split build ``s{vec_kd}small`` and the
     whole-row one (by ``N``) ``s{vec_kd}whole``. A plain kernel for a range of ``N`` (a tiled
     build's ``range_*`` params) appends ``n{first}to{last}``: ``psa_merge_fwd_tiled_v8n1024to2048
-    _i32``; so does a band forward of ``band`` rows (psa_tvm/compiler/band.py), named
-    ``band{rows}``: ``psa_merge_fwd_tiled_band16n897to960_i32``.
+    _i32``; so does a band forward of ``band`` rows at ``band_threads`` threads a CTA
+    (psa_tvm/compiler/band.py), named ``band{rows}x{threads}``:
+    ``psa_merge_fwd_tiled_band16x256n897to960_i32`` (one ``N`` range may hold band kernels for
+    different call sizes).
     """
     short = {"forward": "fwd", "backward": "bwd"}[pass_]
     widths = f"v{vec}" if vec_kd in (None, vec) else f"v{vec}k{vec_kd}"
     extra = "small" if small else "whole" if whole else ""
-    widths = f"s{vec_kd}{extra}" if shifted else f"band{band}" if band else widths
+    widths = (f"s{vec_kd}{extra}" if shifted else f"band{band}x{band_threads}" if band
+              else widths)
     if n_range is not None:
         widths += f"n{n_range[0]}to{n_range[1]}"
     return f"psa_{op}_{short}_{schedule}_{widths}_{'i64' if index_dtype == 'int64' else 'i32'}"
@@ -143,7 +147,8 @@ class KernelSpec:
     ``N`` range (``max_n`` > 0: it runs only for ``min_n <= N <= max_n``, a whole-row shifted
     backward) comes before the kernels of its rank without one, wherever ``N`` is in range.
     A band forward (``band`` > 0, compiler/band.py) ranks above every other kernel and runs
-    only in its ``N`` range and from its ``min_numel``.
+    only in its ``N`` range, from its ``min_numel`` and up to its ``max_numel`` (0: any size);
+    the band kernels of one range split the call sizes between them.
     """
 
     pass_: str
@@ -161,6 +166,7 @@ class KernelSpec:
     shifted: bool = False
     band: int = 0  # > 0: a band forward of this many rows (compiler/band.py), any N in range
     min_numel: int = 0  # the kernel runs only for calls of at least this many merged elements
+    max_numel: int = 0  # > 0: the kernel runs only for calls of at most this many elements
     min_n: int = 0  # with max_n > 0: the kernel runs only for min_n <= N <= max_n
     max_n: int = 0  # 0: any N
 
@@ -169,7 +175,8 @@ class KernelSpec:
         return cls(pass_=data["pass"], vec=data["vec"], vec_kd=data.get("vec_kd", data["vec"]),
                    rank=data.get("rank", 2 * data["vec"]), shifted=data.get("shifted", False),
                    band=data.get("band", 0),
-                   min_numel=data.get("min_numel", 0), min_n=data.get("min_n", 0),
+                   min_numel=data.get("min_numel", 0), max_numel=data.get("max_numel", 0),
+                   min_n=data.get("min_n", 0),
                    max_n=data.get("max_n", 0),
                    index_dtype=data["index_dtype"], entry=data["entry"],
                    params=tuple(KernelParam.from_json(p) for p in data["params"]),
@@ -181,6 +188,10 @@ class KernelSpec:
     def runs_at(self, n: int) -> bool:
         """Whether ``N`` is in the kernel's range (every ``N`` without one)."""
         return not self.max_n or self.min_n <= n <= self.max_n
+
+    def runs_for(self, numel: int) -> bool:
+        """Whether a call of ``numel`` merged elements is in the kernel's size range."""
+        return numel >= self.min_numel and (not self.max_numel or numel <= self.max_numel)
 
     @property
     def alignment_elements(self) -> int:

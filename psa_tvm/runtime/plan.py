@@ -62,8 +62,9 @@ def pointer_alignment(tensors: dict[str, TensorInfo]) -> int:
 def choose_kernel(build: BuildSpec, pass_: str, n: int, index_dtype: str,
                   alignment_bytes: int, numel: int | None = None) -> KernelSpec:
     """The variant that runs: among the pass's kernels of ``index_dtype``, those whose ``vec``
-    divides ``N``, whose widest access the pointers' alignment allows and whose ``min_numel``
-    the call's merged elements reach (``numel=None``: any size) and whose ``N`` range holds
+    divides ``N``, whose widest access the pointers' alignment allows, whose size range
+    (``min_numel``, and ``max_numel`` where set) holds the call's merged elements
+    (``numel=None``: any size) and whose ``N`` range holds
     ``N``; the one maximising ``(vec_kd, rank, has an N range, min_numel)`` (``rank`` is
     ``2 * vec``, a shifted kernel's sits between an 8- and a 4-byte N side; of two kernels at
     one rank, one made for a range of ``N`` wins inside it, and then the one made for larger
@@ -74,7 +75,7 @@ def choose_kernel(build: BuildSpec, pass_: str, n: int, index_dtype: str,
         if kernel.pass_ != pass_ or kernel.index_dtype != index_dtype or n % kernel.vec \
                 or not kernel.runs_at(n):
             continue
-        if numel is not None and numel < kernel.min_numel:
+        if numel is not None and not kernel.runs_for(numel):
             continue
         if alignment_bytes % (kernel.alignment_elements * itemsize):
             continue

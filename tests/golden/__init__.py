@@ -112,17 +112,22 @@ def shifted_kernel(pass_: str):
 
 
 #: The band forwards (psa_tvm/compiler/band.py), hand-written TIR like the shifted kernels, at
-#: the default params of each element size (key_dim 32: the only one they build for).
-BAND_CONFIGS = {"float16": OpConfig(32, 4, "float16"), "float32": OpConfig(32, 4, "float32")}
+#: default params (key_dim 32: the only one they build for): the first of each element size,
+#: and the 8-row 16-bit one of 37x29 (one kd-side vector a position). Name -> (config, index
+#: into band.default_params).
+BAND_CONFIGS = {"float16": (OpConfig(32, 4, "float16"), 0),
+                "float32": (OpConfig(32, 4, "float32"), 0),
+                "float16_rows8": (OpConfig(32, 4, "float16"), 1)}
 
 
-def golden_band_path(dtype: str) -> Path:
-    return GOLDEN_DIR / f"band_forward_{dtype}.tvmscript"
+def golden_band_path(name: str) -> Path:
+    return GOLDEN_DIR / f"band_forward_{name}.tvmscript"
 
 
-def band_kernel(dtype: str):
+def band_kernel(name: str):
     from psa_tvm.compiler import band
 
-    config = BAND_CONFIGS[dtype]
-    (params,) = band.default_params(config)
-    return band.band_forward(config, params, golden_band_path(dtype).stem)
+    config, index = BAND_CONFIGS[name]
+    params = band.default_params(config)[index]
+    assert name.endswith("rows8") == (params.rows == 8)
+    return band.band_forward(config, params, golden_band_path(name).stem)

@@ -30,7 +30,7 @@ if __name__ == "__main__":
         path = golden_shifted_path(pass_)
         path.write_text(shifted_kernel(pass_).script())
         print(f"wrote {path}")
-    for dtype in BAND_CONFIGS:
-        path = golden_band_path(dtype)
-        path.write_text(band_kernel(dtype).script())
+    for name in BAND_CONFIGS:
+        path = golden_band_path(name)
+        path.write_text(band_kernel(name).script())
         print(f"wrote {path}")

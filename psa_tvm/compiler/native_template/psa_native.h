@@ -57,6 +57,7 @@ struct Kernel {
   DimsFn dims;
   uint32_t dynamic_smem_bytes;
   int64_t min_numel;  // runs only for calls of at least this many merged elements
+  int64_t max_numel;  // > 0: runs only for calls of at most this many merged elements
   int64_t min_n;      // with max_n > 0: runs only for min_n <= N <= max_n
   int64_t max_n;      // 0: any N
 };

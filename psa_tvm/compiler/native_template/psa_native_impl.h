@@ -10,8 +10,8 @@
 // * index dtype: int32 if B*2*nh*kd*N + 2**20 <= 2**31-1, else int64;
 // * among the kernels of the pass and index dtype, candidates have N % vec == 0, every
 //   tensor's data pointer aligned to max(vec, vec_kd) * itemsize (the pointers' common
-//   alignment counted up to 16 bytes, as runtime/plan.py does), numel >= min_numel and N in
-//   the kernel's range (max_n == 0: any N); the widest (vec_kd, rank) wins (rank: 2*vec; a
+//   alignment counted up to 16 bytes, as runtime/plan.py does), numel >= min_numel (and
+//   <= max_numel where it is set) and N in the kernel's range (max_n == 0: any N); the widest (vec_kd, rank) wins (rank: 2*vec; a
 //   shifted kernel, any N, ranks just below an 8-byte N side), at equal rank a kernel with an
 //   N range (a whole-row shifted backward), then the larger min_numel (a split shifted
 //   backward);
@@ -455,8 +455,9 @@ inline uintptr_t CommonAlignment(const uintptr_t* ptrs, const bool* present, int
 
 // runtime/plan.py's choose_kernel: among the build's kernels of the pass and index dtype
 // (int32 while `numel` plus a tail tile's overrun fits), those whose `vec` divides N, whose
-// widest access the alignment allows, whose `min_numel` the call reaches and whose N range
-// holds N; the widest (vec_kd, rank, has an N range, min_numel) wins (the table is sorted so).
+// widest access the alignment allows, whose size range (`min_numel`, and `max_numel` where
+// set) holds the call and whose N range holds N; the widest (vec_kd, rank, has an N range,
+// min_numel) wins (the table is sorted so).
 inline Plan ChooseKernel(const Build& build, int pass, int64_t n, int64_t numel,
                          uintptr_t alignment, int64_t itemsize) {
   const int index64 = numel + kInt32Margin <= kInt32Max ? 0 : 1;
@@ -465,6 +466,7 @@ inline Plan ChooseKernel(const Build& build, int pass, int64_t n, int64_t numel,
   for (int i = 0; i < build.num_kernels && plan.kernel == nullptr; ++i) {
     const Kernel& k = build.kernels[i];
     if (k.pass != pass || k.index64 != index64 || n % k.vec || numel < k.min_numel) continue;
+    if (k.max_numel > 0 && numel > k.max_numel) continue;
     if (k.max_n > 0 && (n < k.min_n || n > k.max_n)) continue;
     const uintptr_t need = static_cast<uintptr_t>((k.vec > k.vec_kd ? k.vec : k.vec_kd) *
                                                   itemsize);
