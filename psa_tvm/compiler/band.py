@@ -96,6 +96,12 @@ def shared_bytes(config: OpConfig, params: BandParams) -> int:
     return params.rows * params.max_n * config.itemsize
 
 
+#: The 16-bit ``N`` range of the call-size split (37x29 = 1073; the stage is sized for 1080).
+#: Narrow enough that the limits in merged elements fall between the same ``B * nh`` at every
+#: ``N`` in it (``133 * 1072 > 132 * 1080``): it is ``B * nh`` that fills the waves.
+_TAIL_N = (1072, 1080)
+
+
 def default_params(config: OpConfig) -> tuple[BandParams, ...]:
     """The band forwards measured to win (H200, key_dim 32; docs/perf.md v26 calls 2-4, v27):
 
@@ -131,12 +137,6 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
                            min_numel=120 * first_row, max_numel=132 * per_row))
     return (BandParams(rows=32, threads=512, ctas_per_sm=2, min_n=297, max_n=303,
                        min_numel=1 << 21),)
-
-
-#: The 16-bit ``N`` range of the call-size split (37x29 = 1073; the stage is sized for 1080).
-#: Narrow enough that the limits in merged elements fall between the same ``B * nh`` at every
-#: ``N`` in it (``133 * 1072 > 132 * 1080``): it is ``B * nh`` that fills the waves.
-_TAIL_N = (1072, 1080)
 
 
 def as_record(params: BandParams) -> dict[str, int]:
