@@ -10,9 +10,12 @@ that it serves.
 from __future__ import annotations
 
 import pytest
+import torch
 
+from psa_tvm import reference
 from psa_tvm.config import OpConfig
-from tests.helpers import DTYPES
+from psa_tvm.runtime import native as native_rt
+from tests.helpers import DTYPES, bitwise_equal, inputs, poisoned
 from tests.test_gpu import runtime_op
 from tests.test_gpu_tails import check_forward
 
@@ -86,3 +89,33 @@ def test_band_forward_at_the_issue_grids(gpu_artifacts, config):
             kernel = check_forward(op, config, batch, height, width, seed=height + batch)
             wanted = [b.entry for b in bands if _runs_band(b, config, batch, height * width)]
             assert wanted == ([kernel.entry] if kernel.band else []), (batch, kernel.entry)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.tag)
+def test_band_forward_through_the_native_library(gpu_artifacts, config, monkeypatch):
+    """The native library chooses each band kernel where the runtime op does and runs it
+    exactly, the ones past 48 KB of shared memory too (its launcher opts them in)."""
+    monkeypatch.setenv("PSA_TVM_ARTIFACTS", str(gpu_artifacts))
+    native_rt.forget()
+    library = native_rt.load(gpu_artifacts)
+    if library is None:
+        pytest.skip(f"no native library in {gpu_artifacts} (psa-tvm build writes it)")
+    op = _op(gpu_artifacts, config)
+    dtype = DTYPES[config.dtype]
+    try:
+        for band in _bands(op):
+            n = band.max_n
+            batch = max(_batches(band, config, n)[0], 1)
+            assert _runs_band(band, config, batch, n), (batch, n)
+            half = (batch * config.num_heads, n, config.key_dim)
+            lo, hi = inputs(half, dtype, "cuda", 1), inputs(half, dtype, "cuda", 2)
+            out = poisoned((batch, config.channels, n, 1), dtype, "cuda")
+            entry, *_ = library.plan_forward(lo, hi, out.tensor, "")
+            assert entry == band.entry, (batch, n, entry)
+            library.merge_forward(lo, hi, out.tensor)
+            torch.cuda.synchronize()
+            expected = reference.merge(lo, hi, config.num_heads, n, 1)
+            where = f"{config.tag} B={batch} N={n} {entry} ({band.dynamic_smem_bytes} B dynamic)"
+            assert bitwise_equal(out.tensor, expected) and out.canaries_intact(), where
+    finally:
+        native_rt.forget()

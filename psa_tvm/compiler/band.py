@@ -38,6 +38,11 @@ from psa_tvm.compiler.compute import parses_tvmscript
 from psa_tvm.config import OpConfig
 
 _STATIC_SMEM_BYTES = 48 * 1024
+#: Shared memory one CTA may opt in to past 48 KB, and one SM's (sm_90: 227 and 228 KB; the
+#: runtime reserves 1 KB a CTA).
+_MAX_CTA_SMEM_BYTES = 227 * 1024
+_SM_SMEM_BYTES = 228 * 1024
+_RESERVED_SMEM_BYTES = 1024
 #: The largest register stage: at 64 registers a thread ptxas spilled the v25 prototype from 9
 #: vectors up at 256 threads. Whether a build's stage fits is ptxas's report
 #: (tests/test_build.py: no band kernel spills).
@@ -67,6 +72,15 @@ class BandParams:
     """Merged elements from which the kernel runs: below, too few bands per SM leave the
     pipeline little to overlap (16-bit 16x40x23: 1.09-1.12x a copy against the tiled kernel's
     1.00-1.01x; float32 16x20x15: 1.10x against 1.04x)."""
+    tiles: int = 1
+    """Shared ``[rows, N]`` tiles a CTA cycles through (1 or 2). With two, a band's stage goes
+    into the tile that the band before last left, so one barrier a band suffices and warps that
+    finish storing a band go on to the next one's tile without waiting for the others."""
+    swizzle: bool = False
+    """Whether the tile's 16-byte chunks are XOR-swizzled within each 128 bytes (chunk ``c``
+    at ``c ^ (c / 8 % 8)``). The stage writes a position's ``rows`` elements ``8 * N``
+    elements apart for each 16-byte vector it holds; where ``16 * N`` bytes is a multiple of
+    128 (``N % 8 == 0`` for 16-bit) those vectors' threads write into the same banks."""
     max_numel: int = 0
     """Merged elements up to which the kernel runs (0: any call from ``min_numel``). A band
     kernel is at its best where its bands fill whole waves of :attr:`ctas`; the variants of one
@@ -92,8 +106,24 @@ def stage_vectors(config: OpConfig, params: BandParams) -> int:
     return -(-params.max_n * params.rows // (vector_width(config) * params.threads))
 
 
+def tile_elems(config: OpConfig, params: BandParams) -> int:
+    """Elements of one shared tile: a band of ``max_n`` positions, rounded up to whole
+    128 bytes when swizzled (a chunk moves only within its 128 bytes)."""
+    elems = params.rows * params.max_n
+    if params.swizzle:
+        group = 8 * vector_width(config)
+        elems = -(-elems // group) * group
+    return elems
+
+
 def shared_bytes(config: OpConfig, params: BandParams) -> int:
-    return params.rows * params.max_n * config.itemsize
+    return params.tiles * tile_elems(config, params) * config.itemsize
+
+
+def dynamic_shared(config: OpConfig, params: BandParams) -> bool:
+    """Whether the tiles are dynamic shared memory: past the 48 KB a CTA may declare
+    statically, which the launchers opt in to from the manifest's ``dynamic_smem_bytes``."""
+    return shared_bytes(config, params) > _STATIC_SMEM_BYTES
 
 
 #: The 16-bit ``N`` range of the call-size split (37x29 = 1073; the stage is sized for 1080).
@@ -153,8 +183,14 @@ def fits(config: OpConfig, params: BandParams) -> str | None:
         return f"threads {params.threads}: not whole warps of whole positions"
     if not 0 < params.min_n <= params.max_n:
         return f"N range {params.min_n}..{params.max_n} is empty"
-    if shared_bytes(config, params) > _STATIC_SMEM_BYTES:
-        return f"{shared_bytes(config, params)} bytes of shared memory, past 48 KB"
+    if params.tiles not in (1, 2):
+        return f"tiles {params.tiles}: 1 or 2"
+    smem = shared_bytes(config, params)
+    if smem > _MAX_CTA_SMEM_BYTES:
+        return f"{smem} bytes of shared memory, past the {_MAX_CTA_SMEM_BYTES} a CTA may have"
+    if params.ctas_per_sm * (smem + _RESERVED_SMEM_BYTES) > _SM_SMEM_BYTES:
+        return (f"{params.ctas_per_sm} CTAs of {smem} bytes of shared memory, past the "
+                f"{_SM_SMEM_BYTES} an SM holds")
     if stage_vectors(config, params) > _MAX_STAGE_VECTORS:
         return (f"{stage_vectors(config, params)} stage vectors a thread, past "
                 f"{_MAX_STAGE_VECTORS} (the stage would spill)")
@@ -181,7 +217,16 @@ def band_forward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
     step = threads // BV  # positions between a thread's stage vectors
     L = stage_vectors(config, params)
     ctas = params.ctas
-    tile_elems = R * params.max_n
+    tile_size = tile_elems(config, params)
+    tiles = params.tiles
+    scope = "shared.dyn" if dynamic_shared(config, params) else "shared"
+
+    def at(index):
+        """Where the tile holds element ``index`` of the band (its 16-byte chunk swizzled)."""
+        if not params.swizzle:
+            return index
+        chunk = index // V
+        return (chunk ^ (chunk // 8 % 8)) * V + index % V
 
     @T.macro
     def load_band(unit, N, p0, kv, stage, lo_flat, hi_flat):
@@ -211,10 +256,10 @@ def band_forward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
         out_flat = T.decl_buffer((B * nh * 2 * kd * N,), dtype, data=out.data)
         bx = T.launch_thread("blockIdx.x", T.min(B * (nh * 2 * bands), ctas))
         tx = T.launch_thread("threadIdx.x", threads)
-        tile_alloc = T.alloc_buffer((tile_elems,), dtype, scope="shared")
+        tile_alloc = T.alloc_buffer((tiles * tile_size,), dtype, scope=scope)
         # Accessed through a view: TVM would otherwise shrink the allocation to the region
         # that its N-dependent indices bound, a size that CUDA codegen cannot allocate.
-        tile = T.decl_buffer((tile_elems,), dtype, data=tile_alloc.data, scope="shared")
+        tile = T.decl_buffer((tiles * tile_size,), dtype, data=tile_alloc.data, scope=scope)
         stage = T.alloc_buffer((L * V,), dtype, scope="local")
         units: T.let[T.int32] = B * (nh * 2 * bands)
         grid: T.let[T.int32] = T.min(units, ctas)
@@ -226,10 +271,11 @@ def band_forward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
         # prints sign fix-ups.
         for k in T.serial(T.truncdiv(units - bx + grid - 1, grid)):
             unit: T.let[T.int32] = bx + k * grid
+            base = T.meta_var((k % tiles) * tile_size if tiles > 1 else 0)  # tile's start
             for j in T.unroll(L):  # the stage into the [rows, N] tile
                 if p0 + j * step < N:
                     for e in T.unroll(V):
-                        tile[(kv * V + e) * N + p0 + j * step] = stage[j * V + e]
+                        tile[base + at((kv * V + e) * N + p0 + j * step)] = stage[j * V + e]
             T.tvm_storage_sync("shared")
             nxt: T.let[T.int32] = unit + grid
             if nxt < units:  # the next band's loads, in flight while this one is stored
@@ -242,8 +288,11 @@ def band_forward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
                 if tx + i * threads < R * N // V:
                     for e in T.vectorized(V):
                         out_flat[dst + (tx + i * threads) * V + e] = tile[
-                            (tx + i * threads) * V + e]
-            T.tvm_storage_sync("shared")  # the tile is free for the next band
+                            base + at((tx + i * threads) * V) + e]
+            if tiles == 1:
+                # The tile is free for the next band. With two, the next band's barrier also
+                # tells that this one's tile is free, for the band after it.
+                T.tvm_storage_sync("shared")
 
     return forward
 

@@ -25,6 +25,10 @@ class CudaError(RuntimeError):
     """A CUDA driver call failed."""
 
 
+#: Dynamic shared memory a kernel may take without opting in (CUDA's default limit).
+DEFAULT_DYNAMIC_SMEM_BYTES = 48 * 1024
+
+
 _DRIVER = None
 
 
@@ -125,8 +129,11 @@ class CudaLauncher:
             self._context_handles[device_index] = int(ctx)
         return ctx
 
-    def function(self, binary: Path, entry: str, device_index: int):
-        """The ``CUfunction`` for ``entry`` in ``binary``, loaded on ``device_index`` once."""
+    def function(self, binary: Path, entry: str, device_index: int, shared_bytes: int = 0):
+        """The ``CUfunction`` for ``entry`` in ``binary``, loaded on ``device_index`` once.
+
+        A kernel launched with more than 48 KB of dynamic shared memory (``shared_bytes``,
+        the manifest's ``dynamic_smem_bytes``) is opted in to it here, once, as CUDA asks."""
         key = (device_index, binary, entry)
         func = self._functions.get(key)
         if func is not None:
@@ -139,6 +146,12 @@ class CudaLauncher:
                 self._modules[(device_index, binary)] = module
             func = check(self._driver.cuModuleGetFunction(module, entry.encode()),
                          f"cuModuleGetFunction({entry})")
+            if shared_bytes > DEFAULT_DYNAMIC_SMEM_BYTES:
+                attribute = self._driver.CUfunction_attribute
+                check(self._driver.cuFuncSetAttribute(
+                    func, attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared_bytes), f"cuFuncSetAttribute({entry}, {shared_bytes} bytes of "
+                    "dynamic shared memory)")
             self._functions[key] = func
         return func
 
@@ -204,7 +217,8 @@ class PreparedLaunch:
         self.launcher = shared_launcher()
         if not self.empty:
             binary = plan.build.binary_for(self.launcher.arch(plan.device_index))
-            self.func = self.launcher.function(binary.path, plan.kernel.entry, plan.device_index)
+            self.func = self.launcher.function(binary.path, plan.kernel.entry, plan.device_index,
+                                               plan.shared_bytes)
         self.lock = threading.Lock()
 
     def __call__(self, infos: dict[str, TensorInfo], stream: int) -> None:

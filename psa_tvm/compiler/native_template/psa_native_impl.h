@@ -31,7 +31,9 @@
 #include <tvm/ffi/string.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -569,7 +571,13 @@ struct LoadedBinary {
   std::once_flag once;
   cudaLibrary_t library = nullptr;
   std::vector<cudaKernel_t> kernels;
+  // Per kernel, a bit per device (0-63) that has opted the kernel in to its dynamic shared
+  // memory past 48 KB; zeroed by the value-initialising new.
+  std::unique_ptr<std::atomic<uint64_t>[]> opted_in;
 };
+
+// Dynamic shared memory a kernel may take without opting in (CUDA's default limit).
+constexpr uint32_t kDefaultDynamicSmemBytes = 48 * 1024;
 
 inline LoadedBinary* Loaded(int build, int binary) {
   static std::vector<LoadedBinary*>* slots = [] {
@@ -584,7 +592,7 @@ inline LoadedBinary* Loaded(int build, int binary) {
   return (*slots)[offset + binary];
 }
 
-inline cudaKernel_t KernelHandle(const Plan& plan, int arch) {
+inline cudaKernel_t KernelHandle(const Plan& plan, int device, int arch) {
   const int build = static_cast<int>(plan.build - kBuilds);
   const int binary = BinaryFor(*plan.build, arch);
   LoadedBinary* slot = Loaded(build, binary);
@@ -599,10 +607,27 @@ inline cudaKernel_t KernelHandle(const Plan& plan, int arch) {
       PSA_CUDA_CHECK(cudaLibraryGetKernel(&kernels[i], library, plan.build->kernels[i].entry),
                      plan.build->source << ": kernel " << plan.build->kernels[i].entry);
     }
+    slot->opted_in.reset(new std::atomic<uint64_t>[kernels.size()]());
     slot->kernels = std::move(kernels);
     slot->library = library;
   });
-  return slot->kernels[plan.kernel - plan.build->kernels];
+  const auto index = plan.kernel - plan.build->kernels;
+  cudaKernel_t kernel = slot->kernels[index];
+  const uint32_t smem = plan.kernel->dynamic_smem_bytes;
+  if (smem > kDefaultDynamicSmemBytes) {
+    // CUDA asks a kernel to opt in to more than 48 KB of dynamic shared memory, per device;
+    // once per device here (devices past 63 opt in at every launch).
+    const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+    if (!bit || !(slot->opted_in[index].load(std::memory_order_acquire) & bit)) {
+      PSA_CUDA_CHECK(cudaKernelSetAttributeForDevice(
+                         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(smem), device),
+                     plan.build->source << ": kernel " << plan.kernel->entry << ": opting in to "
+                                        << smem << " bytes of dynamic shared memory");
+      slot->opted_in[index].fetch_or(bit, std::memory_order_release);
+    }
+  }
+  return kernel;
 }
 
 // Makes `device` current for the scope (our cudart is private; the driver context is shared).
@@ -625,7 +650,7 @@ class DeviceScope {
 
 inline void LaunchCuda(const Plan& plan, int device, int arch, const uintptr_t* ptrs) {
   const Kernel& k = *plan.kernel;
-  cudaKernel_t handle = KernelHandle(plan, arch);
+  cudaKernel_t handle = KernelHandle(plan, device, arch);
   void* ptr_values[kMaxParams];
   int32_t i32_values[kMaxParams];
   int64_t i64_values[kMaxParams];
