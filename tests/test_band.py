@@ -61,7 +61,6 @@ def test_the_37x29_kernels_split_the_calls_by_the_waves_they_fill():
     ({"min_n": 961}, "is empty"),
     ({"rows": 32, "max_n": 4000}, "a CTA may have"),
     ({"rows": 32, "max_n": 1080, "threads": 512, "ctas_per_sm": 4}, "CTAs of 69120 bytes"),
-    ({"tiles": 3}, "1 or 2"),
     ({"max_n": 1100}, "would spill"),
     ({"ctas_per_sm": 0}, "must be positive"),
     ({"threads": 512, "ctas_per_sm": 5}, "an SM holds"),

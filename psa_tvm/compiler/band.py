@@ -72,10 +72,6 @@ class BandParams:
     """Merged elements from which the kernel runs: below, too few bands per SM leave the
     pipeline little to overlap (16-bit 16x40x23: 1.09-1.12x a copy against the tiled kernel's
     1.00-1.01x; float32 16x20x15: 1.10x against 1.04x)."""
-    tiles: int = 1
-    """Shared ``[rows, N]`` tiles a CTA cycles through (1 or 2). With two, a band's stage goes
-    into the tile that the band before last left, so one barrier a band suffices and warps that
-    finish storing a band go on to the next one's tile without waiting for the others."""
     swizzle: bool = False
     """Whether the tile's 16-byte chunks are XOR-swizzled within each 128 bytes (chunk ``c``
     at ``c ^ (c / 8 % 8)``). The stage writes a position's ``rows`` elements ``8 * N``
@@ -117,11 +113,11 @@ def tile_elems(config: OpConfig, params: BandParams) -> int:
 
 
 def shared_bytes(config: OpConfig, params: BandParams) -> int:
-    return params.tiles * tile_elems(config, params) * config.itemsize
+    return tile_elems(config, params) * config.itemsize
 
 
 def dynamic_shared(config: OpConfig, params: BandParams) -> bool:
-    """Whether the tiles are dynamic shared memory: past the 48 KB a CTA may declare
+    """Whether the tile is dynamic shared memory: past the 48 KB a CTA may declare
     statically, which the launchers opt in to from the manifest's ``dynamic_smem_bytes``."""
     return shared_bytes(config, params) > _STATIC_SMEM_BYTES
 
@@ -183,8 +179,6 @@ def fits(config: OpConfig, params: BandParams) -> str | None:
         return f"threads {params.threads}: not whole warps of whole positions"
     if not 0 < params.min_n <= params.max_n:
         return f"N range {params.min_n}..{params.max_n} is empty"
-    if params.tiles not in (1, 2):
-        return f"tiles {params.tiles}: 1 or 2"
     smem = shared_bytes(config, params)
     if smem > _MAX_CTA_SMEM_BYTES:
         return f"{smem} bytes of shared memory, past the {_MAX_CTA_SMEM_BYTES} a CTA may have"
@@ -218,7 +212,6 @@ def band_forward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
     L = stage_vectors(config, params)
     ctas = params.ctas
     tile_size = tile_elems(config, params)
-    tiles = params.tiles
     scope = "shared.dyn" if dynamic_shared(config, params) else "shared"
 
     def at(index):
@@ -256,10 +249,10 @@ def band_forward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
         out_flat = T.decl_buffer((B * nh * 2 * kd * N,), dtype, data=out.data)
         bx = T.launch_thread("blockIdx.x", T.min(B * (nh * 2 * bands), ctas))
         tx = T.launch_thread("threadIdx.x", threads)
-        tile_alloc = T.alloc_buffer((tiles * tile_size,), dtype, scope=scope)
+        tile_alloc = T.alloc_buffer((tile_size,), dtype, scope=scope)
         # Accessed through a view: TVM would otherwise shrink the allocation to the region
         # that its N-dependent indices bound, a size that CUDA codegen cannot allocate.
-        tile = T.decl_buffer((tiles * tile_size,), dtype, data=tile_alloc.data, scope=scope)
+        tile = T.decl_buffer((tile_size,), dtype, data=tile_alloc.data, scope=scope)
         stage = T.alloc_buffer((L * V,), dtype, scope="local")
         units: T.let[T.int32] = B * (nh * 2 * bands)
         grid: T.let[T.int32] = T.min(units, ctas)
@@ -271,11 +264,10 @@ def band_forward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
         # prints sign fix-ups.
         for k in T.serial(T.truncdiv(units - bx + grid - 1, grid)):
             unit: T.let[T.int32] = bx + k * grid
-            base = T.meta_var((k % tiles) * tile_size if tiles > 1 else 0)  # tile's start
             for j in T.unroll(L):  # the stage into the [rows, N] tile
                 if p0 + j * step < N:
                     for e in T.unroll(V):
-                        tile[base + at((kv * V + e) * N + p0 + j * step)] = stage[j * V + e]
+                        tile[at((kv * V + e) * N + p0 + j * step)] = stage[j * V + e]
             T.tvm_storage_sync("shared")
             nxt: T.let[T.int32] = unit + grid
             if nxt < units:  # the next band's loads, in flight while this one is stored
@@ -288,11 +280,8 @@ def band_forward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
                 if tx + i * threads < R * N // V:
                     for e in T.vectorized(V):
                         out_flat[dst + (tx + i * threads) * V + e] = tile[
-                            base + at((tx + i * threads) * V) + e]
-            if tiles == 1:
-                # The tile is free for the next band. With two, the next band's barrier also
-                # tells that this one's tile is free, for the band after it.
-                T.tvm_storage_sync("shared")
+                            at((tx + i * threads) * V) + e]
+            T.tvm_storage_sync("shared")  # the tile is free for the next band
 
     return forward
 

@@ -6,6 +6,10 @@ probe27.py's argument order (docs/perf.md v28, call 1). Needs TVM:
     python docs/bench-tails/v28/proto/gen_band28.py OUT_DIR [CALL]  # CALL 1, 2 or 3
     nvcc -O3 -arch=sm_90 -std=c++17 -shared -Xcompiler -fPIC -cudart static \
         -Xptxas -v OUT_DIR/band28.cu -o band28.so
+
+Calls 1-2 ran it at commit ad8ea1f, whose ``BandParams`` had a ``tiles`` field (two shared
+tiles a CTA), call 3 at the next commit, which had a ``swizzle`` field (an XOR-swizzled tile);
+both were taken out once measured (docs/perf.md v28).
 """
 
 from __future__ import annotations
@@ -55,8 +59,11 @@ def main(out: Path, call: str = "1") -> None:
     for tag, rows, threads, ctas, tiles, swizzle, min_n, max_n in variants or VARIANTS_CALL3:
         dtype, ctype = DTYPES[tag]
         config = OpConfig(32, 4, dtype)
+        # Only the options a call used: each ran at a commit whose BandParams had them.
+        options = {**({"tiles": tiles} if tiles != 1 else {}),
+                   **({"swizzle": swizzle} if swizzle else {})}
         params = band.BandParams(rows=rows, threads=threads, ctas_per_sm=ctas, min_n=min_n,
-                                 max_n=max_n, min_numel=0, tiles=tiles, swizzle=swizzle)
+                                 max_n=max_n, min_numel=0, **options)
         why = band.fits(config, params)
         if why is not None and "stage vectors" not in why:  # a spill is ptxas's to report
             print(f"skip {tag} r{rows} t{threads} c{ctas} x{tiles}: {why}")
