@@ -39,12 +39,17 @@ def test_the_37x29_kernels_split_the_calls_by_the_waves_they_fill():
     """16-bit N = 1072-1080: three kernels with ordered, disjoint size ranges, and at every N
     of the range the same B * nh falls in each (40-66, 88-99, 120-132 rows), where its bands
     fill most of one, one and two waves of the CTAs that fit; the sizes between keep the
-    shipped kernel."""
+    shipped kernel. A fourth, of 32-row bands in dynamic shared memory, holds the third's
+    B * nh at N 1073-1079 in one wave, with the larger min_numel that makes it win there."""
     tail = band.default_params(HALF)[1:]
-    assert len(tail) == 3 and all(p.min_n <= 37 * 29 <= p.max_n for p in tail)
-    for before, after in itertools.pairwise(tail):
+    assert len(tail) == 4 and all(p.min_n <= 37 * 29 <= p.max_n for p in tail)
+    for before, after in itertools.pairwise(tail[:3]):
         assert after.min_numel > before.max_numel
-    spans = ((40, 66, 1), (88, 99, 1), (120, 132, 2))  # B * nh, and the waves its bands fill
+    wide, odd = tail[2], tail[3]
+    assert wide.min_n < odd.min_n <= odd.max_n < wide.max_n and odd.min_numel > wide.min_numel
+    assert band.dynamic_shared(HALF, odd) and not any(band.dynamic_shared(HALF, p)
+                                                      for p in tail[:3])
+    spans = ((40, 66, 1), (88, 99, 1), (120, 132, 2), (120, 132, 1))  # B * nh, and waves
     for params, (first, last, waves) in zip(tail, spans, strict=True):
         bands_per_row = 2 * HALF.key_dim // params.rows
         assert -(-last * bands_per_row // params.ctas) == waves
@@ -93,6 +98,18 @@ def test_the_launch_rule_picks_each_band_forward_inside_its_ranges_only(small_ar
         dims = MergeDims(batch, config.num_heads, config.key_dim, 1, n, n)
         return choose(build, "forward", dims, alignment).kernel.entry
 
+    def expected(n: int, batch: int, alignment: int = 16) -> str | None:
+        """The band kernel that should run: of those holding the call, the one with the
+        larger min_numel (a narrower N range inside a wider one); None: no band kernel."""
+        numel = batch * channels * n
+        holding = [k for k in kernels if k.runs_at(n) and k.runs_for(numel)] if \
+            alignment % 16 == 0 else []
+        return max(holding, key=lambda k: k.min_numel).entry if holding else None
+
+    def band_or_none(n: int, batch: int, alignment: int = 16) -> str | None:
+        entry = chosen(n, batch, alignment)
+        return entry if entry in {k.entry for k in kernels} else None
+
     for params in band.default_params(config):
         (kernel,) = [k for k in kernels if (k.band, int(k.block[0]), k.min_n, k.min_numel) == (
             params.rows, params.threads, params.min_n, params.min_numel)]
@@ -101,21 +118,26 @@ def test_the_launch_rule_picks_each_band_forward_inside_its_ranges_only(small_ar
             params.min_n, params.max_n, params.max_numel)
         assert kernel.rank == band.rank(config) > max(k.rank for k in build.kernels
                                                       if not k.band)
-        assert kernel.dynamic_smem_bytes == 0
+        assert kernel.dynamic_smem_bytes == (band.shared_bytes(config, params) if
+                                             band.dynamic_shared(config, params) else 0)
         assert build.source.read_text().count(
             f"__launch_bounds__({params.threads}, {params.ctas_per_sm}) {kernel.entry}(") == 2
         for n in (params.min_n, params.min_n + 1, params.max_n):  # odd and even N
             first = -(-params.min_numel // (channels * n))  # the smallest batch it runs
             last = params.max_numel // (channels * n) if params.max_numel else 4 * first
             assert first <= last, (params, n)
-            assert chosen(n, first) == chosen(n, last) == kernel.entry, n
-            assert chosen(n, first - 1) != kernel.entry  # too small
+            for batch in (first - 1, first, last, last + 1):  # just outside its sizes too
+                assert band_or_none(n, batch) == expected(n, batch), (params, n, batch)
+            assert expected(n, first) == expected(n, last) == kernel.entry or any(
+                k.min_numel > kernel.min_numel and k.runs_at(n) for k in kernels), (params, n)
+            assert expected(n, first - 1) != kernel.entry  # too small
             if params.max_numel:
-                assert chosen(n, last + 1) != kernel.entry  # too large
-            assert chosen(n, first, alignment=8) != kernel.entry
+                assert expected(n, last + 1) != kernel.entry  # too large
+            assert band_or_none(n, first, alignment=8) is None
         first = -(-params.min_numel // (channels * params.max_n))
         for n in (params.min_n - 1, params.max_n + 1):
             assert chosen(n, first) != kernel.entry, n
+            assert band_or_none(n, first) == expected(n, first), (params, n)
 
         # The grid: one CTA per band up to the CTAs that fit the GPU, then persistent.
         def grid(batch: int, kernel=kernel, params=params) -> tuple:

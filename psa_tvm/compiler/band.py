@@ -72,11 +72,6 @@ class BandParams:
     """Merged elements from which the kernel runs: below, too few bands per SM leave the
     pipeline little to overlap (16-bit 16x40x23: 1.09-1.12x a copy against the tiled kernel's
     1.00-1.01x; float32 16x20x15: 1.10x against 1.04x)."""
-    swizzle: bool = False
-    """Whether the tile's 16-byte chunks are XOR-swizzled within each 128 bytes (chunk ``c``
-    at ``c ^ (c / 8 % 8)``). The stage writes a position's ``rows`` elements ``8 * N``
-    elements apart for each 16-byte vector it holds; where ``16 * N`` bytes is a multiple of
-    128 (``N % 8 == 0`` for 16-bit) those vectors' threads write into the same banks."""
     max_numel: int = 0
     """Merged elements up to which the kernel runs (0: any call from ``min_numel``). A band
     kernel is at its best where its bands fill whole waves of :attr:`ctas`; the variants of one
@@ -102,18 +97,8 @@ def stage_vectors(config: OpConfig, params: BandParams) -> int:
     return -(-params.max_n * params.rows // (vector_width(config) * params.threads))
 
 
-def tile_elems(config: OpConfig, params: BandParams) -> int:
-    """Elements of one shared tile: a band of ``max_n`` positions, rounded up to whole
-    128 bytes when swizzled (a chunk moves only within its 128 bytes)."""
-    elems = params.rows * params.max_n
-    if params.swizzle:
-        group = 8 * vector_width(config)
-        elems = -(-elems // group) * group
-    return elems
-
-
 def shared_bytes(config: OpConfig, params: BandParams) -> int:
-    return tile_elems(config, params) * config.itemsize
+    return params.rows * params.max_n * config.itemsize
 
 
 def dynamic_shared(config: OpConfig, params: BandParams) -> bool:
@@ -126,6 +111,8 @@ def dynamic_shared(config: OpConfig, params: BandParams) -> bool:
 #: Narrow enough that the limits in merged elements fall between the same ``B * nh`` at every
 #: ``N`` in it (``133 * 1072 > 132 * 1080``): it is ``B * nh`` that fills the waves.
 _TAIL_N = (1072, 1080)
+#: The part of it where 32-row bands win (v28): not the multiples of 8 at its ends.
+_ODD_N = (1073, 1079)
 
 
 def default_params(config: OpConfig) -> tuple[BandParams, ...]:
@@ -142,6 +129,11 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
       1.08). In between, where a wave is far from full, the shipped kernel was faster (68 rows:
       0.80 against 0.74; 100 rows: 0.90 against 0.85), and past 132 (batch 64 at 4 heads)
       every band variant lost to it (1.09-1.10 against 1.07-1.09);
+    - 16-bit ``N`` 1073-1079 at 120-132 ``B * nh``: 32-row bands (69 KB of dynamic shared
+      memory) at 2 x 768 threads, one wave of 264 CTAs, over the 16-row kernel above (v28:
+      32x37x29 and nh 2 64x37x29 0.98-1.00 against 1.03-1.05, on three GPUs). Not at ``N``
+      1072 and 1080, where they ran 1.05-1.08 against 1.02-1.04. Both kernels hold these calls;
+      the 32-row one wins by its larger ``min_numel`` (``runtime/plan.py``'s order);
     - float32 ``N`` 297-303 (20x15) from 2M (batch 32 at 4 heads). Not float32 ``N = 296``,
       where TVM's kernel ran 1.09-1.11x a copy against the shipped 1.02-1.03x, nor float32
       37x29, where 8-row bands read a quarter of each input line (1.09-1.25 against 1.05-1.07).
@@ -160,7 +152,10 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
                 BandParams(rows=16, threads=512, ctas_per_sm=3, **tail,
                            min_numel=88 * first_row, max_numel=99 * per_row),
                 BandParams(rows=16, threads=1024, ctas_per_sm=2, **tail,
-                           min_numel=120 * first_row, max_numel=132 * per_row))
+                           min_numel=120 * first_row, max_numel=132 * per_row),
+                BandParams(rows=32, threads=768, ctas_per_sm=2, min_n=_ODD_N[0],
+                           max_n=_ODD_N[1], min_numel=120 * 2 * config.key_dim * _ODD_N[0],
+                           max_numel=132 * 2 * config.key_dim * _ODD_N[1]))
     return (BandParams(rows=32, threads=512, ctas_per_sm=2, min_n=297, max_n=303,
                        min_numel=1 << 21),)
 
@@ -211,15 +206,8 @@ def band_forward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
     step = threads // BV  # positions between a thread's stage vectors
     L = stage_vectors(config, params)
     ctas = params.ctas
-    tile_size = tile_elems(config, params)
+    tile_elems = R * params.max_n
     scope = "shared.dyn" if dynamic_shared(config, params) else "shared"
-
-    def at(index):
-        """Where the tile holds element ``index`` of the band (its 16-byte chunk swizzled)."""
-        if not params.swizzle:
-            return index
-        chunk = index // V
-        return (chunk ^ (chunk // 8 % 8)) * V + index % V
 
     @T.macro
     def load_band(unit, N, p0, kv, stage, lo_flat, hi_flat):
@@ -249,10 +237,10 @@ def band_forward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
         out_flat = T.decl_buffer((B * nh * 2 * kd * N,), dtype, data=out.data)
         bx = T.launch_thread("blockIdx.x", T.min(B * (nh * 2 * bands), ctas))
         tx = T.launch_thread("threadIdx.x", threads)
-        tile_alloc = T.alloc_buffer((tile_size,), dtype, scope=scope)
+        tile_alloc = T.alloc_buffer((tile_elems,), dtype, scope=scope)
         # Accessed through a view: TVM would otherwise shrink the allocation to the region
         # that its N-dependent indices bound, a size that CUDA codegen cannot allocate.
-        tile = T.decl_buffer((tile_size,), dtype, data=tile_alloc.data, scope=scope)
+        tile = T.decl_buffer((tile_elems,), dtype, data=tile_alloc.data, scope=scope)
         stage = T.alloc_buffer((L * V,), dtype, scope="local")
         units: T.let[T.int32] = B * (nh * 2 * bands)
         grid: T.let[T.int32] = T.min(units, ctas)
@@ -267,7 +255,7 @@ def band_forward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
             for j in T.unroll(L):  # the stage into the [rows, N] tile
                 if p0 + j * step < N:
                     for e in T.unroll(V):
-                        tile[at((kv * V + e) * N + p0 + j * step)] = stage[j * V + e]
+                        tile[(kv * V + e) * N + p0 + j * step] = stage[j * V + e]
             T.tvm_storage_sync("shared")
             nxt: T.let[T.int32] = unit + grid
             if nxt < units:  # the next band's loads, in flight while this one is stored
@@ -280,7 +268,7 @@ def band_forward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
                 if tx + i * threads < R * N // V:
                     for e in T.vectorized(V):
                         out_flat[dst + (tx + i * threads) * V + e] = tile[
-                            at((tx + i * threads) * V) + e]
+                            (tx + i * threads) * V + e]
             T.tvm_storage_sync("shared")  # the tile is free for the next band
 
     return forward

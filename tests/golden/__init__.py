@@ -117,7 +117,8 @@ def shifted_kernel(pass_: str):
 #: into band.default_params).
 BAND_CONFIGS = {"float16": (OpConfig(32, 4, "float16"), 0),
                 "float32": (OpConfig(32, 4, "float32"), 0),
-                "float16_rows8": (OpConfig(32, 4, "float16"), 1)}
+                "float16_rows8": (OpConfig(32, 4, "float16"), 1),
+                "float16_rows32": (OpConfig(32, 4, "float16"), 4)}  # dynamic shared memory
 
 
 def golden_band_path(name: str) -> Path:

@@ -3,7 +3,7 @@ bands past 48 KB of shared memory (16-bit 32-row bands, float32 16- and 32-row b
 two shared tiles a CTA, into one ``band28.cu`` with a ctypes launcher per variant, in
 probe27.py's argument order (docs/perf.md v28, call 1). Needs TVM:
 
-    python docs/bench-tails/v28/proto/gen_band28.py OUT_DIR [CALL]  # CALL 1, 2 or 3
+    python docs/bench-tails/v28/proto/gen_band28.py OUT_DIR [CALL]  # CALL 1, 2, 3 or 4
     nvcc -O3 -arch=sm_90 -std=c++17 -shared -Xcompiler -fPIC -cudart static \
         -Xptxas -v OUT_DIR/band28.cu -o band28.so
 
@@ -47,6 +47,14 @@ VARIANTS_CALL3 = [
       for swizzle in (False, True)],
     ("h", 16, 256, 4, 1, False, 897, 960), ("h", 16, 256, 4, 1, True, 897, 960),
 ]
+#: Call 4: 16-row 16-bit bands at 4 CTAs an SM with more threads than 256 (a stage of at most 8
+#: vectors at N = 1080; 1024 bands of batch 64 at 4 heads fill two waves of 528), and the
+#: 32-row band of calls 1-3 at the N between 1073 and 1080.
+VARIANTS_CALL4 = [
+    ("h", 16, 288, 4, 1, False, 1065, 1080), ("h", 16, 320, 4, 1, False, 1065, 1080),
+    ("h", 16, 384, 4, 1, False, 1065, 1080), ("h", 16, 256, 4, 1, False, 1065, 1080),
+    ("h", 32, 768, 2, 1, False, 1065, 1080), ("h", 16, 1024, 2, 1, False, 1065, 1080),
+]
 DTYPES = {"h": ("float16", "half"), "f": ("float32", "float")}
 
 
@@ -56,7 +64,8 @@ def main(out: Path, call: str = "1") -> None:
     variants = {"1": VARIANTS, "2": VARIANTS_CALL2}.get(call)
     if variants is not None:
         variants = [(*v, False, 1065, 1080) for v in variants]
-    for tag, rows, threads, ctas, tiles, swizzle, min_n, max_n in variants or VARIANTS_CALL3:
+    later = VARIANTS_CALL4 if call == "4" else VARIANTS_CALL3
+    for tag, rows, threads, ctas, tiles, swizzle, min_n, max_n in variants or later:
         dtype, ctype = DTYPES[tag]
         config = OpConfig(32, 4, dtype)
         # Only the options a call used: each ran at a commit whose BandParams had them.
@@ -69,7 +78,7 @@ def main(out: Path, call: str = "1") -> None:
             print(f"skip {tag} r{rows} t{threads} c{ctas} x{tiles}: {why}")
             continue
         name = f"b28_{tag}_r{rows}_t{threads}_c{ctas}_x{tiles}"
-        if variants is None:  # call 3 names the swizzle and the N range (probe28.py reads it)
+        if variants is None:  # calls 3-4 name the swizzle and the N range (probe28.py reads it)
             name += f"_s{int(swizzle)}_n{min_n}to{max_n}"
         lowered = lower_cuda({name: band.band_forward(config, params, name)})
         smem = lowered.kernels[name]["dynamic_smem_bytes"]

@@ -48,6 +48,16 @@ CASES_CALL3 = [
     (4, "float16", 64, 31, 29), (6, "float16", 64, 40, 23),
     (4, "float32", 16, 37, 29), (4, "float32", 16, 36, 30), (4, "float32", 16, 16, 67),
 ]
+#: Call 4: batch 64 at 37x29 and its neighbours for 4 x 16-row bands; the N from 1073 to 1080
+#: at 128 B * nh for the 32-row band (H x W with H * W = N).
+CASES_CALL4 = [
+    (4, "float16", 64, 37, 29), (4, "bfloat16", 64, 37, 29), (4, "float16", 64, 36, 30),
+    (4, "float16", 64, 16, 67), (4, "float16", 48, 37, 29), (6, "float16", 64, 37, 29),
+    (4, "float16", 60, 37, 29), (4, "float16", 56, 37, 29),
+    *[(4, "float16", 32, h, w) for h, w in ((37, 29), (2, 537), (1, 1075), (2, 538),
+                                            (1, 1077), (2, 539), (1, 1079), (36, 30))],
+    (2, "float16", 64, 2, 538), (4, "bfloat16", 32, 1, 1075),
+]
 PLACEMENTS = 3
 TAGS = {2: "_h_", 4: "_f_"}
 
@@ -61,7 +71,7 @@ def main(root: str, lib_path: str, out_path: str, call: str = "1") -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     stream = torch.cuda.current_stream().cuda_stream
     rows_out = []
-    cases = {"1": CASES, "2": CASES_CALL2, "3": CASES_CALL3}[call]
+    cases = {"1": CASES, "2": CASES_CALL2, "3": CASES_CALL3, "4": CASES_CALL4}[call]
     for nh, dtype_name, batch, height, width in cases:
         dtype = getattr(torch, dtype_name)
         n, rows = height * width, batch * nh
