@@ -36,28 +36,27 @@ def test_default_params_fit_and_cover_the_measured_rows():
 
 
 def test_the_37x29_kernels_split_the_calls_by_the_waves_they_fill():
-    """16-bit N = 1072-1080: three kernels with ordered, disjoint size ranges, and at every N
-    of the range the same B * nh falls in each (40-66, 88-99, 120-132 rows), where its bands
-    fill most of one, one and two waves of the CTAs that fit; the sizes between keep the
-    shipped kernel. A fourth, of 32-row bands in dynamic shared memory, holds the third's
-    B * nh at N 1073-1079 in one wave, with the larger min_numel that makes it win there."""
+    """16-bit N = 1072-1080: four kernels with ordered, disjoint size ranges, and at every N
+    of the range the same B * nh falls in each (40-66, 88-99, 120-132, 248-264 rows, the last
+    one a row wider at either end of the range), where
+    its bands fill most of one or two waves of the CTAs that fit; the sizes between keep the
+    shipped kernel."""
     tail = band.default_params(HALF)[1:]
     assert len(tail) == 4 and all(p.min_n <= 37 * 29 <= p.max_n for p in tail)
-    for before, after in itertools.pairwise(tail[:3]):
+    for before, after in itertools.pairwise(tail):
         assert after.min_numel > before.max_numel
-    wide, odd = tail[2], tail[3]
-    assert wide.min_n < odd.min_n <= odd.max_n < wide.max_n and odd.min_numel > wide.min_numel
-    assert band.dynamic_shared(HALF, odd) and not any(band.dynamic_shared(HALF, p)
-                                                      for p in tail[:3])
-    spans = ((40, 66, 1), (88, 99, 1), (120, 132, 2), (120, 132, 1))  # B * nh, and waves
+    assert not any(band.dynamic_shared(HALF, p) for p in band.default_params(HALF))
+    spans = ((40, 66, 1), (88, 99, 1), (120, 132, 1), (248, 264, 2))  # B * nh, and waves
     for params, (first, last, waves) in zip(tail, spans, strict=True):
         bands_per_row = 2 * HALF.key_dim // params.rows
         assert -(-last * bands_per_row // params.ctas) == waves
         for n in range(params.min_n, params.max_n + 1):
             per_row = 2 * HALF.key_dim * n  # merged elements of one B * nh
-            rows = [r for r in range(1, 200) if params.min_numel <= r * per_row
+            rows = [r for r in range(1, 300) if params.min_numel <= r * per_row
                     <= params.max_numel]
-            assert (rows[0], rows[-1]) == (first, last), (params, n)
+            # The 248-264 limits (taken at the range's ends) move by up to a row inside it.
+            slack = 0 if last < 200 else 1
+            assert abs(rows[0] - first) <= slack and abs(rows[-1] - last) <= slack, (params, n)
 
 
 @pytest.mark.parametrize(("changes", "why"), [

@@ -109,10 +109,9 @@ def dynamic_shared(config: OpConfig, params: BandParams) -> bool:
 
 #: The 16-bit ``N`` range of the call-size split (37x29 = 1073; the stage is sized for 1080).
 #: Narrow enough that the limits in merged elements fall between the same ``B * nh`` at every
-#: ``N`` in it (``133 * 1072 > 132 * 1080``): it is ``B * nh`` that fills the waves.
+#: ``N`` in it up to 132 (``133 * 1072 > 132 * 1080``), and within a row of them for 248-264:
+#: it is ``B * nh`` that fills the waves.
 _TAIL_N = (1072, 1080)
-#: The part of it where 32-row bands win (v28): not the multiples of 8 at its ends.
-_ODD_N = (1073, 1079)
 
 
 def default_params(config: OpConfig) -> tuple[BandParams, ...]:
@@ -124,16 +123,14 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
       most of one or two whole waves of the GPU's CTAs: 8-row bands at 4 x 512 threads for 40-66
       ``B * nh`` (one wave of 528 CTAs; 16x37x29 at 4 heads 0.96-0.99x a copy against the
       shipped 1.03-1.06x), 16-row bands at 3 x 512 for 88-99 (one wave of 396: 24x37x29 and
-      nh 6 16x37x29 0.98-1.01 against 1.03-1.05), 16-row bands at 2 x 1024 for 120-132 (two
-      waves of 264: 32x37x29 1.03-1.04 against 1.08-1.09, nh 2 64x37x29 1.02-1.04 against
-      1.08). In between, where a wave is far from full, the shipped kernel was faster (68 rows:
-      0.80 against 0.74; 100 rows: 0.90 against 0.85), and past 132 (batch 64 at 4 heads)
-      every band variant lost to it (1.09-1.10 against 1.07-1.09);
-    - 16-bit ``N`` 1073-1079 at 120-132 ``B * nh``: 32-row bands (69 KB of dynamic shared
-      memory) at 2 x 768 threads, one wave of 264 CTAs, over the 16-row kernel above (v28:
-      32x37x29 and nh 2 64x37x29 0.98-1.00 against 1.03-1.05, on three GPUs). Not at ``N``
-      1072 and 1080, where they ran 1.05-1.08 against 1.02-1.04. Both kernels hold these calls;
-      the 32-row one wins by its larger ``min_numel`` (``runtime/plan.py``'s order);
+      nh 6 16x37x29 0.98-1.01 against 1.03-1.05), 16-row bands at 4 x 320 for 120-132 (one
+      wave of 528; v28: 32x37x29 and N 1072-1080 at 128 ``B * nh`` 0.97-0.99 against v27's
+      2 x 1024 kernel's 1.02-1.04) and at 4 x 384 for 248-264 (two waves of 528; v28: batch 64
+      at 4 heads 1.04 against the shipped 1.08, 1.005 against 1.05-1.07 at N 1072 and 1080).
+      In between, where a wave is far from full, the shipped kernel was faster or level (68
+      rows: 0.80 against 0.74; 100 rows: 0.90 against 0.85; 224 rows: 1.08 against 1.06;
+      240: level). 32-row bands in 69 KB of dynamic shared memory ran 1.00 at 128 rows and
+      ``N = 1073`` but 1.05-1.16 at ``N`` 1072 and 1080 (v28), and are not built;
     - float32 ``N`` 297-303 (20x15) from 2M (batch 32 at 4 heads). Not float32 ``N = 296``,
       where TVM's kernel ran 1.09-1.11x a copy against the shipped 1.02-1.03x, nor float32
       37x29, where 8-row bands read a quarter of each input line (1.09-1.25 against 1.05-1.07).
@@ -151,11 +148,10 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
                            min_numel=40 * first_row, max_numel=66 * per_row),
                 BandParams(rows=16, threads=512, ctas_per_sm=3, **tail,
                            min_numel=88 * first_row, max_numel=99 * per_row),
-                BandParams(rows=16, threads=1024, ctas_per_sm=2, **tail,
+                BandParams(rows=16, threads=320, ctas_per_sm=4, **tail,
                            min_numel=120 * first_row, max_numel=132 * per_row),
-                BandParams(rows=32, threads=768, ctas_per_sm=2, min_n=_ODD_N[0],
-                           max_n=_ODD_N[1], min_numel=120 * 2 * config.key_dim * _ODD_N[0],
-                           max_numel=132 * 2 * config.key_dim * _ODD_N[1]))
+                BandParams(rows=16, threads=384, ctas_per_sm=4, **tail,
+                           min_numel=248 * first_row, max_numel=264 * per_row))
     return (BandParams(rows=32, threads=512, ctas_per_sm=2, min_n=297, max_n=303,
                        min_numel=1 << 21),)
 
