@@ -38,9 +38,8 @@ def test_default_params_fit_and_cover_the_measured_rows():
 def test_the_37x29_kernels_split_the_calls_by_the_waves_they_fill():
     """16-bit N = 1072-1080: four kernels with ordered, disjoint size ranges, and at every N
     of the range the same B * nh falls in each (40-66, 88-99, 120-132, 248-264 rows, the last
-    one a row wider at either end of the range), where
-    its bands fill most of one or two waves of the CTAs that fit; the sizes between keep the
-    shipped kernel."""
+    one a row wider at either end of the range), where its bands fill most of one or two
+    waves of the CTAs that fit; the sizes between keep the shipped kernel."""
     tail = band.default_params(HALF)[1:]
     assert len(tail) == 4 and all(p.min_n <= 37 * 29 <= p.max_n for p in tail)
     for before, after in itertools.pairwise(tail):

@@ -75,7 +75,7 @@ def test_band_forward_needs_16_byte_aligned_data(gpu_artifacts, config):
 
 # The grids at a band range: 1280x720 letterbox (40x23), 48x19 / 32x29 and 37x29 for
 # 16-bit, 640x480 (20x15) for float32 and 8x37 (N = 296) just outside its range; at batch 16,
-# 32 and 64, and for 37x29 the batches between, where its three kernels split the calls.
+# 32 and 64, and for 37x29 the batches between, where its four kernels split the calls.
 BAND_GRIDS = {2: ((40, 23), (48, 19), (32, 29), (37, 29)), 4: ((20, 15), (8, 37))}
 BATCHES = {(37, 29): (10, 16, 17, 22, 24, 25, 30, 32, 33, 61, 62, 64, 66, 67)}
 

@@ -119,7 +119,7 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
 
     - 16-bit ``N`` 897-960 (40x23, 48x19, 32x29, 30x30, 31x29) from 8M merged elements (batch
       64 at 4 and 6 heads);
-    - 16-bit ``N`` 1072-1080 (37x29), three kernels by call size, each where its bands fill
+    - 16-bit ``N`` 1072-1080 (37x29), four kernels by call size, each where its bands fill
       most of one or two whole waves of the GPU's CTAs: 8-row bands at 4 x 512 threads for 40-66
       ``B * nh`` (one wave of 528 CTAs; 16x37x29 at 4 heads 0.96-0.99x a copy against the
       shipped 1.03-1.06x), 16-row bands at 3 x 512 for 88-99 (one wave of 396: 24x37x29 and

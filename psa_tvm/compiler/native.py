@@ -325,8 +325,9 @@ def generate_source(root: Path, manifest: dict, cpu_objects: dict[OpConfig, dict
                 # an 8-byte N side), then a kernel with an N range (a whole-row shifted
                 # backward) before those without, then the larger min_numel (a split shifted
                 # backward's main kernel before its small-call one), so ChooseKernel takes
-                # the first that fits. Where two band kernels hold a call (a narrower N
-                # range inside a wider one), the larger min_numel wins, as in plan.py.
+                # the first that fits. Where two band kernels would hold a call (an N range
+                # nested in another; no default build has one), the larger min_numel wins,
+                # as in plan.py.
                 kernels = sorted(build["kernels"], key=lambda k: (
                     k["pass"], k["index_dtype"], -int(k.get("vec_kd", k["vec"])),
                     -int(k.get("rank", 2 * k["vec"])), -(int(k.get("max_n", 0)) > 0),
