@@ -1,6 +1,7 @@
-"""The band forwards (psa_tvm/compiler/band.py) without a GPU: what their params accept, the
+"""The band kernels (psa_tvm/compiler/band.py) without a GPU: what their params accept, the
 launch bound they add to the source, their manifest records and where the launch rule picks
-them (inside their ``N`` range, from their size, with 16-byte aligned data only)."""
+them (for their pass, inside their ``N`` range and call sizes, with 16-byte aligned data
+only)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ def _params(config: OpConfig):
     return band.default_params(config)[0]
 
 
+def _pass_params(config: OpConfig, pass_: str):
+    return [p for p in band.default_params(config) if p.pass_ == pass_]
+
+
 def test_default_params_fit_and_cover_the_measured_rows():
     half, single = _params(HALF), _params(FLOAT)
     assert all(band.fits(c, p) is None for c in (HALF, FLOAT) for p in band.default_params(c))
@@ -32,6 +37,7 @@ def test_default_params_fit_and_cover_the_measured_rows():
     assert not single.min_n <= 8 * 37 <= single.max_n  # N = 296: measured to lose
     assert band.stage_vectors(HALF, half) == 8 and band.stage_vectors(FLOAT, single) == 5
     assert len(band.default_params(FLOAT)) == 1  # float32 37x29: every band variant lost
+    assert _pass_params(FLOAT, "backward") == []  # float32: every band backward lost
     assert band.default_params(OpConfig(16, 4, "float16")) == ()  # measured at key_dim 32 only
 
 
@@ -40,13 +46,19 @@ def test_the_37x29_kernels_split_the_calls_by_the_waves_they_fill():
     of the range the same B * nh falls in each (40-66, 88-99, 120-132, 248-264 rows, the last
     one a row wider at either end of the range), where its bands fill most of one or two
     waves of the CTAs that fit; the sizes between keep the shipped kernel."""
-    tail = band.default_params(HALF)[1:]
+    tail = _pass_params(HALF, "forward")[1:]
     assert len(tail) == 4 and all(p.min_n <= 37 * 29 <= p.max_n for p in tail)
     for before, after in itertools.pairwise(tail):
         assert after.min_numel > before.max_numel
-    assert not any(band.dynamic_shared(HALF, p) for p in band.default_params(HALF))
+    assert not any(band.dynamic_shared(HALF, p) for p in _pass_params(HALF, "forward"))
     spans = ((40, 66, 1), (88, 99, 1), (120, 132, 1), (248, 264, 2))  # B * nh, and waves
-    for params, (first, last, waves) in zip(tail, spans, strict=True):
+    _assert_spans(tail, spans)
+
+
+def _assert_spans(kernels, spans) -> None:
+    """Each kernel runs for the ``B * nh`` of its span at every ``N`` of its range, and its
+    bands fill that many waves of its CTAs at the span's last ``B * nh``."""
+    for params, (first, last, waves) in zip(kernels, spans, strict=True):
         bands_per_row = 2 * HALF.key_dim // params.rows
         assert -(-last * bands_per_row // params.ctas) == waves
         for n in range(params.min_n, params.max_n + 1):
@@ -56,6 +68,26 @@ def test_the_37x29_kernels_split_the_calls_by_the_waves_they_fill():
             # The 248-264 limits (taken at the range's ends) move by up to a row inside it.
             slack = 0 if last < 200 else 1
             assert abs(rows[0] - first) <= slack and abs(rows[-1] - last) <= slack, (params, n)
+
+
+def test_the_band_backwards_split_the_calls_by_the_waves_they_fill():
+    """16-bit only: 16-row bands for N 897-928 at 240-264 B * nh (two waves of 528 CTAs; the
+    range is wider, so its limits move by up to 9 rows inside it, but stay between the 224 and
+    288 rows measured to lose), 32-row bands for N
+    1073-1079 at 120-132 and 248-264 (one and two waves of 264), the latter two in dynamic
+    shared memory; none at N 1072 or 1080, where 32-row tiles lost."""
+    near, *tail = _pass_params(HALF, "backward")
+    assert (near.rows, near.min_n, near.max_n) == (16, 897, 928) and not band.dynamic_shared(
+        HALF, near)
+    assert all((p.rows, p.min_n, p.max_n) == (32, 1073, 1079) and band.dynamic_shared(HALF, p)
+               for p in tail)
+    assert tail[1].min_numel > tail[0].max_numel
+    _assert_spans(tail, ((120, 132, 1), (248, 264, 2)))
+    for n, (first, last) in ((897, (240, 273)), (920, (234, 266)), (928, (232, 264))):
+        rows = [r for r in range(1, 400)
+                if near.min_numel <= r * 2 * HALF.key_dim * n <= near.max_numel]
+        assert (rows[0], rows[-1]) == (first, last), n
+    assert -(-264 * 2 * HALF.key_dim // near.rows // near.ctas) == 2
 
 
 @pytest.mark.parametrize(("changes", "why"), [
@@ -68,6 +100,7 @@ def test_the_37x29_kernels_split_the_calls_by_the_waves_they_fill():
     ({"ctas_per_sm": 0}, "must be positive"),
     ({"threads": 512, "ctas_per_sm": 5}, "an SM holds"),
     ({"min_numel": 100, "max_numel": 99}, "are empty"),
+    ({"pass_": "sideways"}, "not one of"),
 ])
 def test_fits_names_what_is_wrong(changes, why):
     assert why in band.fits(HALF, replace(_params(HALF), **changes))
@@ -85,33 +118,35 @@ def test_min_blocks_adds_the_resident_ctas_to_one_kernel():
 
 
 @pytest.mark.parametrize("config", [HALF, FLOAT], ids=lambda c: c.tag)
-def test_the_launch_rule_picks_each_band_forward_inside_its_ranges_only(small_artifacts,
-                                                                         config):
+def test_the_launch_rule_picks_each_band_kernel_inside_its_ranges_only(small_artifacts,
+                                                                        config):
     build = Manifest.load(small_artifacts).find(config, "tiled")
-    kernels = [k for k in build.kernels if k.band]
-    assert len(kernels) == len(band.default_params(config))
+    bands = [k for k in build.kernels if k.band]
+    assert len(bands) == len(band.default_params(config))
     channels = config.channels
 
-    def chosen(n: int, batch: int, alignment: int = 16):
+    def chosen(pass_: str, n: int, batch: int, alignment: int = 16):
         dims = MergeDims(batch, config.num_heads, config.key_dim, 1, n, n)
-        return choose(build, "forward", dims, alignment).kernel.entry
+        return choose(build, pass_, dims, alignment).kernel.entry
 
-    def expected(n: int, batch: int, alignment: int = 16) -> str | None:
-        """The band kernel that should run: of those holding the call, the one with the
-        larger min_numel (a narrower N range inside a wider one); None: no band kernel."""
+    def expected(pass_: str, n: int, batch: int, alignment: int = 16) -> str | None:
+        """The pass's band kernel that should run: of those holding the call, the one with
+        the larger min_numel (a narrower N range inside a wider one); None: no band kernel."""
         numel = batch * channels * n
-        holding = [k for k in kernels if k.runs_at(n) and k.runs_for(numel)] if \
-            alignment % 16 == 0 else []
+        holding = [k for k in bands if k.pass_ == pass_ and k.runs_at(n) and k.runs_for(numel)
+                   ] if alignment % 16 == 0 else []
         return max(holding, key=lambda k: k.min_numel).entry if holding else None
 
-    def band_or_none(n: int, batch: int, alignment: int = 16) -> str | None:
-        entry = chosen(n, batch, alignment)
-        return entry if entry in {k.entry for k in kernels} else None
+    def band_or_none(pass_: str, n: int, batch: int, alignment: int = 16) -> str | None:
+        entry = chosen(pass_, n, batch, alignment)
+        return entry if entry in {k.entry for k in bands} else None
 
     for params in band.default_params(config):
+        pass_ = params.pass_
+        kernels = [k for k in bands if k.pass_ == pass_]
         (kernel,) = [k for k in kernels if (k.band, int(k.block[0]), k.min_n, k.min_numel) == (
             params.rows, params.threads, params.min_n, params.min_numel)]
-        assert (kernel.pass_, kernel.vec, kernel.index_dtype) == ("forward", 1, "int32")
+        assert (kernel.vec, kernel.index_dtype) == (1, "int32")
         assert (kernel.min_n, kernel.max_n, kernel.max_numel) == (
             params.min_n, params.max_n, params.max_numel)
         assert kernel.rank == band.rank(config) > max(k.rank for k in build.kernels
@@ -125,17 +160,18 @@ def test_the_launch_rule_picks_each_band_forward_inside_its_ranges_only(small_ar
             last = params.max_numel // (channels * n) if params.max_numel else 4 * first
             assert first <= last, (params, n)
             for batch in (first - 1, first, last, last + 1):  # just outside its sizes too
-                assert band_or_none(n, batch) == expected(n, batch), (params, n, batch)
-            assert expected(n, first) == expected(n, last) == kernel.entry or any(
+                assert band_or_none(pass_, n, batch) == expected(pass_, n, batch), (
+                    params, n, batch)
+            assert expected(pass_, n, first) == expected(pass_, n, last) == kernel.entry or any(
                 k.min_numel > kernel.min_numel and k.runs_at(n) for k in kernels), (params, n)
-            assert expected(n, first - 1) != kernel.entry  # too small
+            assert expected(pass_, n, first - 1) != kernel.entry  # too small
             if params.max_numel:
-                assert expected(n, last + 1) != kernel.entry  # too large
-            assert band_or_none(n, first, alignment=8) is None
+                assert expected(pass_, n, last + 1) != kernel.entry  # too large
+            assert band_or_none(pass_, n, first, alignment=8) is None
         first = -(-params.min_numel // (channels * params.max_n))
         for n in (params.min_n - 1, params.max_n + 1):
-            assert chosen(n, first) != kernel.entry, n
-            assert band_or_none(n, first) == expected(n, first), (params, n)
+            assert chosen(pass_, n, first) != kernel.entry, n
+            assert band_or_none(pass_, n, first) == expected(pass_, n, first), (params, n)
 
         # The grid: one CTA per band up to the CTAs that fit the GPU, then persistent.
         def grid(batch: int, kernel=kernel, params=params) -> tuple:

@@ -146,12 +146,12 @@ def test_every_build_has_its_kernel_variants(manifest):
                                    band_threads=int(kernel.block[0]) if kernel.band else 0,
                                    n_range=n_range)
             assert kernel.entry == f"{symbol}_kernel"
-        # Tiled merge builds of key_dim 32 add a band forward per default range (int32).
+        # Tiled merge builds of key_dim 32 add a band kernel per default params (int32).
         bands = sorted((k.pass_, k.index_dtype, k.min_n, k.max_n, k.rank)
                        for k in build.kernels if k.band)
         wanted = band_kernels.default_params(build.config) if (
             build.schedule, build.op) == ("tiled", "merge") else ()
-        assert bands == sorted(("forward", "int32", p.min_n, p.max_n,
+        assert bands == sorted((p.pass_, "int32", p.min_n, p.max_n,
                                 band_kernels.rank(build.config)) for p in wanted)
         # Tiled merge builds add the shifted N side (int32, both passes).
         shifted = {k.pass_ for k in build.kernels if k.shifted}
@@ -450,7 +450,7 @@ def test_tiled_kernels_do_not_spill(manifest):
     per_dtype = sum(2 * len(variant_widths(16 // ITEMSIZE[d], i))
                     for d in DTYPES for i in ("int32", "int64"))
     # A shifted forward and backward per dtype; 16-bit backwards have a second (vec 8) record;
-    # the band forwards of each dtype (compiler/band.py).
+    # the band kernels of each dtype (compiler/band.py).
     shifted = 2 * len(DTYPES) + sum(ITEMSIZE[d] == 2 for d in DTYPES)
     bands = sum(len(band_kernels.default_params(OpConfig(KD, NH, d))) for d in DTYPES)
     assert checked == (per_dtype + shifted + bands) * len(ARCHS)

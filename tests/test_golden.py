@@ -46,6 +46,7 @@ def test_shifted_kernel_matches_the_golden_file(pass_):
 
 
 @pytest.mark.parametrize("name", BAND_CONFIGS)
-def test_band_forward_matches_the_golden_file(name):
-    """The hand-written band forwards, compared as text like the shifted kernels."""
+def test_band_kernel_matches_the_golden_file(name):
+    """The hand-written band kernels, forwards and backwards, compared as text like the
+    shifted kernels."""
     assert band_kernel(name).script() == golden_band_path(name).read_text()

@@ -1,8 +1,8 @@
-"""GPU tests of the band forwards (psa_tvm/compiler/band.py): each kernel runs exactly inside
-its ``N`` range and its call sizes (from ``min_numel``, up to ``max_numel`` where set), with
-16-byte aligned data, and is bit-exact with canaries intact at both ends of both ranges, odd
-and even ``N``, calls just past its sizes (each CTA one or two bands) and the issue's grids
-that it serves.
+"""GPU tests of the band kernels (psa_tvm/compiler/band.py), forwards and backwards: each
+kernel runs exactly inside its ``N`` range and its call sizes (from ``min_numel``, up to
+``max_numel`` where set), with 16-byte aligned data, and is bit-exact with canaries intact at
+both ends of both ranges, odd and even ``N``, calls just past its sizes (each CTA one or two
+bands) and the issue's grids that it serves.
 
     PSA_TVM_ARTIFACTS=.artifacts python -m pytest -m gpu tests/test_gpu_band.py
 """
@@ -17,20 +17,28 @@ from psa_tvm.config import OpConfig
 from psa_tvm.runtime import native as native_rt
 from tests.helpers import DTYPES, bitwise_equal, inputs, poisoned
 from tests.test_gpu import runtime_op
-from tests.test_gpu_tails import check_forward
+from tests.test_gpu_tails import check_backward, check_forward
 
 pytestmark = pytest.mark.gpu
 
 CONFIGS = [OpConfig(32, nh, dtype) for nh in (2, 4, 6) for dtype in DTYPES]
+CHECKS = {"forward": check_forward, "backward": check_backward}
+#: (config, pass) of every build with band kernels of that pass: float32 has no band backward.
+CASES = [(c, p) for c in CONFIGS for p in CHECKS if p == "forward" or c.itemsize == 2]
+
+
+def _case_id(case) -> str:
+    config, pass_ = case
+    return f"{config.tag}-{pass_}"
 
 
 def _op(gpu_artifacts, config: OpConfig):
     return runtime_op(str(gpu_artifacts), config.key_dim, config.num_heads, config.dtype, "tiled")
 
 
-def _bands(op):
-    bands = [k for k in op.builds["forward"].kernels if k.band]
-    assert bands, "no band forward in the build"
+def _bands(op, pass_: str = "forward"):
+    bands = [k for k in op.builds[pass_].kernels if k.band and k.pass_ == pass_]
+    assert bands, f"no band {pass_} in the build"
     return bands
 
 
@@ -45,54 +53,57 @@ def _runs_band(kernel, config: OpConfig, batch: int, n: int) -> bool:
     return kernel.runs_at(n) and kernel.runs_for(batch * config.channels * n)
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.tag)
-def test_band_forward_inside_and_outside_its_ranges(gpu_artifacts, config):
+@pytest.mark.parametrize(("config", "pass_"), CASES, ids=map(_case_id, CASES))
+def test_band_kernel_inside_and_outside_its_ranges(gpu_artifacts, config, pass_):
     op = _op(gpu_artifacts, config)
-    for band in _bands(op):
+    for band in _bands(op, pass_):
         middle = (band.min_n + band.max_n) // 2
         ran = 0
         for n in (band.min_n - 1, band.min_n, band.min_n + 1, middle | 1, middle & ~3,
                   band.max_n, band.max_n + 1):
             first, last = _batches(band, config, n)
             for batch in sorted({max(first - 1, 1), first, last, last + 1}):
-                kernel = check_forward(op, config, batch, 1, n, seed=n + batch)
+                kernel = CHECKS[pass_](op, config, batch, 1, n, seed=n + batch)
                 inside = _runs_band(band, config, batch, n)
                 assert (kernel.entry == band.entry) == inside, (n, batch, kernel.entry)
                 ran += inside
         assert ran >= 8, band.entry
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.tag)
-def test_band_forward_needs_16_byte_aligned_data(gpu_artifacts, config):
-    """A view 8 bytes off (or 4): the 16-byte band stores cannot run, the narrower kernels do."""
+@pytest.mark.parametrize(("config", "pass_"), CASES, ids=map(_case_id, CASES))
+def test_band_kernel_needs_16_byte_aligned_data(gpu_artifacts, config, pass_):
+    """A view 8 bytes off (or 4): the 16-byte band accesses cannot run, the narrower kernels
+    do."""
     op = _op(gpu_artifacts, config)
-    for band in _bands(op):
+    for band in _bands(op, pass_):
         batch = _batches(band, config, band.max_n)[0]
-        kernel = check_forward(op, config, batch, 1, band.max_n, offset=8 // config.itemsize,
-                               seed=3)
+        kernel = CHECKS[pass_](op, config, batch, 1, band.max_n,
+                               offset=8 // config.itemsize, seed=3)
         assert kernel.entry != band.entry and kernel.vec_kd < 16 // config.itemsize
 
 
 # The issue's grids at a band range: 1280x720 letterbox (40x23), 48x19 / 32x29 and 37x29 for
 # 16-bit, 640x480 (20x15) for float32 and 8x37 (N = 296) just outside its range; at batch 16,
-# 32 and 64, and for 37x29 the batches between, where its four kernels split the calls.
+# 32 and 64, and for 37x29 (and the 16-bit backward's 40x23) the batches between, where the
+# kernels of one range split the calls.
 BAND_GRIDS = {2: ((40, 23), (48, 19), (32, 29), (37, 29)), 4: ((20, 15), (8, 37))}
-BATCHES = {(37, 29): (10, 16, 17, 22, 24, 25, 30, 32, 33, 61, 62, 64, 66, 67)}
+BATCHES = {(37, 29): (10, 16, 17, 22, 24, 25, 30, 32, 33, 61, 62, 64, 66, 67),
+           (40, 23): (16, 32, 58, 59, 64, 66, 67)}
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.tag)
-def test_band_forward_at_the_issue_grids(gpu_artifacts, config):
+@pytest.mark.parametrize(("config", "pass_"), CASES, ids=map(_case_id, CASES))
+def test_band_kernel_at_the_issue_grids(gpu_artifacts, config, pass_):
     op = _op(gpu_artifacts, config)
-    bands = _bands(op)
+    bands = _bands(op, pass_)
     for height, width in BAND_GRIDS[config.itemsize]:
         for batch in BATCHES.get((height, width), (16, 32, 64)):
-            kernel = check_forward(op, config, batch, height, width, seed=height + batch)
+            kernel = CHECKS[pass_](op, config, batch, height, width, seed=height + batch)
             wanted = [b.entry for b in bands if _runs_band(b, config, batch, height * width)]
             assert wanted == ([kernel.entry] if kernel.band else []), (batch, kernel.entry)
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.tag)
-def test_band_forward_through_the_native_library(gpu_artifacts, config, monkeypatch):
+@pytest.mark.parametrize(("config", "pass_"), CASES, ids=map(_case_id, CASES))
+def test_band_kernel_through_the_native_library(gpu_artifacts, config, pass_, monkeypatch):
     """The native library chooses each band kernel where the runtime op does and runs it
     exactly, the ones past 48 KB of shared memory too (its launcher opts them in)."""
     monkeypatch.setenv("PSA_TVM_ARTIFACTS", str(gpu_artifacts))
@@ -103,19 +114,28 @@ def test_band_forward_through_the_native_library(gpu_artifacts, config, monkeypa
     op = _op(gpu_artifacts, config)
     dtype = DTYPES[config.dtype]
     try:
-        for band in _bands(op):
+        for band in _bands(op, pass_):
             n = band.max_n
             batch = max(_batches(band, config, n)[0], 1)
             assert _runs_band(band, config, batch, n), (batch, n)
             half = (batch * config.num_heads, n, config.key_dim)
-            lo, hi = inputs(half, dtype, "cuda", 1), inputs(half, dtype, "cuda", 2)
-            out = poisoned((batch, config.channels, n, 1), dtype, "cuda")
-            entry, *_ = library.plan_forward(lo, hi, out.tensor, "")
-            assert entry == band.entry, (batch, n, entry)
-            library.merge_forward(lo, hi, out.tensor)
+            if pass_ == "forward":
+                lo, hi = inputs(half, dtype, "cuda", 1), inputs(half, dtype, "cuda", 2)
+                out = poisoned((batch, config.channels, n, 1), dtype, "cuda")
+                entry, *_ = library.plan_forward(lo, hi, out.tensor, "")
+                outs = [out]
+                library.merge_forward(lo, hi, out.tensor)
+                expected = [reference.merge(lo, hi, config.num_heads, n, 1)]
+            else:
+                grad = inputs((batch, config.channels, n, 1), dtype, "cuda", 3)
+                outs = [poisoned(half, dtype, "cuda"), poisoned(half, dtype, "cuda")]
+                entry, *_ = library.plan_backward(grad, outs[0].tensor, outs[1].tensor, "")
+                library.merge_backward(grad, outs[0].tensor, outs[1].tensor)
+                expected = reference.merge_backward(grad, config.num_heads, config.key_dim)
             torch.cuda.synchronize()
-            expected = reference.merge(lo, hi, config.num_heads, n, 1)
+            assert entry == band.entry, (batch, n, entry)
             where = f"{config.tag} B={batch} N={n} {entry} ({band.dynamic_smem_bytes} B dynamic)"
-            assert bitwise_equal(out.tensor, expected) and out.canaries_intact(), where
+            for out, want in zip(outs, expected, strict=True):
+                assert bitwise_equal(out.tensor, want) and out.canaries_intact(), where
     finally:
         native_rt.forget()

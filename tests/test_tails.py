@@ -101,10 +101,10 @@ def test_every_variant_is_lowered(lowered):
     expected |= {(p, "int32", full, 1, True) for p in ("forward", "backward")}
     assert {(v.pass_, v.index_dtype, v.vec_kd, v.vec, v.shifted)
             for v in variants.values() if not v.band} == expected
-    # A band forward (compiler/band.py) per default range, int32, any N in it.
+    # A band kernel (compiler/band.py) per default params, int32, any N in its range.
     assert sorted((v.pass_, v.index_dtype, v.vec_kd, v.vec, v.n_range)
                   for v in variants.values() if v.band) == sorted(
-        ("forward", "int32", full, 1, (p.min_n, p.max_n)) for p in band.default_params(config))
+        (p.pass_, "int32", full, 1, (p.min_n, p.max_n)) for p in band.default_params(config))
     assert set(variants) <= set(bodies)
 
 

@@ -61,7 +61,7 @@ class BuildRequest:
     # ((pass, Params), ...): a pass scheduled with params of its own. Empty -> with ``params``
     # given, every pass uses them; without, a family op's per-pass sets (family_defaults).
     pass_params: tuple[tuple[str, Any], ...] = ()
-    # The band forwards' BandParams (tiled merge builds); None -> band.default_params.
+    # The band kernels' BandParams (tiled merge builds); None -> band.default_params.
     band_params: tuple[band.BandParams, ...] | None = None
 
     def resolved_params(self) -> Any:
@@ -130,7 +130,7 @@ class Variant:
     index_dtype: str
     vec_kd: int  # width on the side contiguous along kd (aligned whatever N is)
     shifted: bool = False  # 16-byte N-side vectors for any N (psa_tvm/compiler/shifted.py)
-    band: band.BandParams | None = None  # a band forward (psa_tvm/compiler/band.py)
+    band: band.BandParams | None = None  # a band kernel (psa_tvm/compiler/band.py)
     min_numel: int = 0  # runs only for calls of at least this many merged elements
     n_range: tuple[int, int] | None = None  # runs only for first <= N <= last (None: any N)
 
@@ -195,8 +195,8 @@ def schedule_module(request: BuildRequest) -> dict[str, tuple[Variant, Any]]:
 
 
 def _band_variants(request: BuildRequest, full_vec: int) -> dict[str, tuple[Variant, Any]]:
-    """The band forwards of a tiled merge build (int32, each for its range of ``N`` and calls
-    from its ``min_numel``), where the configuration fits them."""
+    """The band kernels of a tiled merge build (int32, each for its pass, its range of ``N``
+    and its call sizes), where the configuration fits them."""
     if request.op != "merge" or request.schedule != "tiled" \
             or full_vec != band.vector_width(request.config):
         return {}
@@ -205,15 +205,15 @@ def _band_variants(request: BuildRequest, full_vec: int) -> dict[str, tuple[Vari
         if (why := band.fits(request.config, params)) is not None:
             raise ValueError(f"band_params {params} cannot build {request.config.tag}: {why}")
         n_range = (params.min_n, params.max_n)
-        symbol = kernel_symbol("forward", request.schedule, 1, "int32", full_vec,
+        symbol = kernel_symbol(params.pass_, request.schedule, 1, "int32", full_vec,
                                op=request.op, band=params.rows, band_threads=params.threads,
                                n_range=n_range)
         if symbol in funcs:
-            raise ValueError(f"band_params: two kernels of {params.rows} rows at "
-                             f"{params.threads} threads for N {n_range[0]}..{n_range[1]}")
-        funcs[symbol] = (Variant("forward", 1, "int32", full_vec, band=params,
+            raise ValueError(f"band_params: two {params.pass_} kernels of {params.rows} rows "
+                             f"at {params.threads} threads for N {n_range[0]}..{n_range[1]}")
+        funcs[symbol] = (Variant(params.pass_, 1, "int32", full_vec, band=params,
                                  min_numel=params.min_numel, n_range=n_range),
-                         band.band_forward(request.config, params, symbol))
+                         band.band_pass(request.config, params, symbol))
     return funcs
 
 
@@ -321,7 +321,7 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
 
 def _band_kernels(request: BuildRequest,
                   scheduled: dict[str, tuple[Variant, Any]]) -> dict[str, band.BandParams]:
-    """The build's band forwards by global symbol, with the params each was built with."""
+    """The build's band kernels by global symbol, with the params each was built with."""
     return {symbol: variant.band for symbol, (variant, _) in scheduled.items()
             if variant.band is not None}
 

@@ -1,4 +1,5 @@
-"""A persistent merge forward over bands of whole output rows, the next band's loads in flight.
+"""Persistent merge kernels over bands of whole rows of the merged tensor, the next band's
+loads in flight: a forward, and (v29) a backward.
 
 The tiled and shifted forwards cut each output row (``N`` elements of one ``(b, h, s, d)``)
 into tiles, so every CTA writes pieces of many rows; where a row's length in bytes is not a
@@ -22,8 +23,13 @@ The kernel is hand-written TensorIR, like :mod:`psa_tvm.compiler.shifted`: a per
 with a register stage is no schedule of the merge's compute definition. It runs only where it
 was measured to beat the kernels it replaces: a range of ``N`` and calls of at least
 ``min_numel`` merged elements (:func:`default_params`; below a GPU's worth of bands there is
-little to pipeline), at a launch rank above every other kernel's (:func:`rank`). A band
-backward of the same design was measured and not shipped (docs/perf.md v26).
+little to pipeline), at a launch rank above every other kernel's (:func:`rank`).
+
+The band *backward* (:func:`band_backward`, v29) runs the same pipeline the other way: a band
+of the gradient is ``rows * N`` contiguous elements, read in address order, and each thread
+gathers one kd-side vector of its positions from the tile. A 16-bit band is 32 bytes of a
+position at 16 rows, a whole sector; at 32 rows, 64 bytes. It ships where it was measured to
+beat the shifted backward (docs/perf.md v29), by ``N`` range and call size like the forward.
 """
 
 from __future__ import annotations
@@ -50,10 +56,15 @@ _MAX_STAGE_VECTORS = 8
 _MAX_THREADS_PER_SM = 2048
 
 
+PASSES = ("forward", "backward")
+
+
 @dataclass(frozen=True)
 class BandParams:
-    """One band forward: its shape, and the calls it runs for."""
+    """One band kernel: its pass, its shape, and the calls it runs for."""
 
+    pass_: str = "forward"
+    """The pass: ``forward`` (:func:`band_forward`) or ``backward`` (:func:`band_backward`)."""
     rows: int = 16
     """Output rows per band (a multiple of the vector width, dividing ``key_dim``)."""
     threads: int = 256
@@ -115,7 +126,9 @@ _TAIL_N = (1072, 1080)
 
 
 def default_params(config: OpConfig) -> tuple[BandParams, ...]:
-    """The band forwards measured to win (H200, key_dim 32; docs/perf.md v26 calls 2-4, v27):
+    """The band kernels measured to win (H200, key_dim 32), forwards then backwards.
+
+    Forwards (docs/perf.md v26 calls 2-4, v27, v28):
 
     - 16-bit ``N`` 897-960 (40x23, 48x19, 32x29, 30x30, 31x29) from 8M merged elements (batch
       64 at 4 and 6 heads);
@@ -135,25 +148,69 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
       where TVM's kernel ran 1.09-1.11x a copy against the shipped 1.02-1.03x, nor float32
       37x29, where 8-row bands read a quarter of each input line (1.09-1.25 against 1.05-1.07).
 
+    Backwards, 16-bit only (v29, calls 1-4; against the shifted backward):
+
+    - ``N`` 897-928 at 240-264 ``B * nh`` (two waves of 528 CTAs; 232-273 at the range's
+      ends): 16-row bands at 4 x 384 threads, 40x23 at batch 64 1.02-1.04x a copy against
+      1.04-1.06, 30x30, 31x29, 48x19 and 32x29 1.02 against 1.04-1.05. At 288 and 192-224
+      rows, and below 160, the shifted kernel won;
+    - ``N`` 1073-1079 (37x29) at 120-132 and 248-264 ``B * nh`` (one and two waves of 264
+      CTAs): 32-row bands in 69 KB of dynamic shared memory, at 2 x 576 threads (one wave:
+      0.95-0.98 against 1.01-1.05; a stage of 8 vectors, where 512 threads need 9) and 2 x 640
+      (two waves: 1.03 against 1.05-1.06). At
+      ``N`` 1072 and 1080 they lost (1.13-1.15 against 1.05), as the 32-row forward did, and
+      16-row backwards lost at every size of 37x29 (1.03-1.17);
+    - float32: every band backward lost (1.15-2.2 against 1.02-1.05).
+
     Other key dims: none measured, none built."""
     if config.key_dim != 32:
         return ()
     if config.itemsize == 2:
-        # Merged elements of one B * nh at the range's first and last N: a limit of r rows
-        # is r * per_row at the far end of the range from the calls it must keep out.
-        first_row, per_row = (2 * config.key_dim * n for n in _TAIL_N)
-        tail = dict(min_n=_TAIL_N[0], max_n=_TAIL_N[1])
-        return (BandParams(),
-                BandParams(rows=8, threads=512, ctas_per_sm=4, **tail,
-                           min_numel=40 * first_row, max_numel=66 * per_row),
-                BandParams(rows=16, threads=512, ctas_per_sm=3, **tail,
-                           min_numel=88 * first_row, max_numel=99 * per_row),
-                BandParams(rows=16, threads=320, ctas_per_sm=4, **tail,
-                           min_numel=120 * first_row, max_numel=132 * per_row),
-                BandParams(rows=16, threads=384, ctas_per_sm=4, **tail,
-                           min_numel=248 * first_row, max_numel=264 * per_row))
+        return _forwards_16bit(config) + _backwards_16bit(config)
     return (BandParams(rows=32, threads=512, ctas_per_sm=2, min_n=297, max_n=303,
                        min_numel=1 << 21),)
+
+
+def _call_sizes(config: OpConfig, n_range: tuple[int, int], first: int, last: int
+                ) -> dict[str, int]:
+    """``min_numel``/``max_numel`` for ``first``-``last`` ``B * nh`` at every ``N`` of
+    ``n_range``: each limit is taken at the end of the range farther from the calls it must keep
+    out (merged elements of one ``B * nh`` grow with ``N``)."""
+    first_row, per_row = (2 * config.key_dim * n for n in n_range)
+    return {"min_numel": first * first_row, "max_numel": last * per_row}
+
+
+def _forwards_16bit(config: OpConfig) -> tuple[BandParams, ...]:
+    tail = dict(min_n=_TAIL_N[0], max_n=_TAIL_N[1])
+    return (BandParams(),
+            BandParams(rows=8, threads=512, ctas_per_sm=4, **tail,
+                       **_call_sizes(config, _TAIL_N, 40, 66)),
+            BandParams(rows=16, threads=512, ctas_per_sm=3, **tail,
+                       **_call_sizes(config, _TAIL_N, 88, 99)),
+            BandParams(rows=16, threads=320, ctas_per_sm=4, **tail,
+                       **_call_sizes(config, _TAIL_N, 120, 132)),
+            BandParams(rows=16, threads=384, ctas_per_sm=4, **tail,
+                       **_call_sizes(config, _TAIL_N, 248, 264)))
+
+
+#: The 16-bit backward's ``N`` ranges: 40x23 and the grids measured near it (30x30 to 32x29,
+#: narrow enough that its call sizes stay between the losing 224 and 288 ``B * nh`` at every
+#: ``N``), and 37x29's without the multiples of 8 at either end, where the 32-row tile's
+#: vectors of one position share banks.
+_BWD_N = (897, 928)
+_BWD_TAIL_N = (1073, 1079)
+
+
+def _backwards_16bit(config: OpConfig) -> tuple[BandParams, ...]:
+    backward = dict(pass_="backward")
+    near = dict(min_n=_BWD_N[0], max_n=_BWD_N[1])
+    tail = dict(min_n=_BWD_TAIL_N[0], max_n=_BWD_TAIL_N[1])
+    return (BandParams(**backward, rows=16, threads=384, ctas_per_sm=4, **near,
+                       **_call_sizes(config, _BWD_N, 240, 264)),
+            BandParams(**backward, rows=32, threads=576, ctas_per_sm=2, **tail,
+                       **_call_sizes(config, _BWD_TAIL_N, 120, 132)),
+            BandParams(**backward, rows=32, threads=640, ctas_per_sm=2, **tail,
+                       **_call_sizes(config, _BWD_TAIL_N, 248, 264)))
 
 
 def as_record(params: BandParams) -> dict[str, int]:
@@ -164,6 +221,8 @@ def as_record(params: BandParams) -> dict[str, int]:
 def fits(config: OpConfig, params: BandParams) -> str | None:
     """Why ``params`` cannot build ``config`` (None if they can)."""
     vec, kd = vector_width(config), config.key_dim
+    if params.pass_ not in PASSES:
+        return f"pass_ {params.pass_!r}: not one of {PASSES}"
     if params.rows % vec or kd % params.rows:
         return f"rows {params.rows}: not a multiple of {vec} dividing key_dim {kd}"
     if params.threads % (params.rows // vec) or params.threads % 32:
@@ -270,6 +329,91 @@ def band_forward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
     return forward
 
 
+@parses_tvmscript
+def band_backward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
+    """``d_lo/d_hi[b*nh + h, n, d] = g[b, h, 0/1, d, n]`` for ``N <= params.max_n``, a band of
+    ``params.rows`` gradient rows at a time: the forward's design run the other way. A band of
+    the gradient is ``rows * N`` contiguous elements, read in address order into the register
+    stage and stored to the shared ``[rows, N]`` tile in that order; each thread then gathers
+    kd-side vector ``t % (rows / vec)`` of positions ``t / (rows / vec) + m * step`` from the
+    tile while the next band's loads are in flight."""
+    kd, nh, dtype = config.key_dim, config.num_heads, config.dtype
+    V = vector_width(config)
+    R = params.rows
+    BV = R // V
+    bands = kd // R
+    threads = params.threads
+    step = threads // BV
+    L = stage_vectors(config, params)
+    ctas = params.ctas
+    tile_elems = R * params.max_n
+    scope = "shared.dyn" if dynamic_shared(config, params) else "shared"
+
+    @T.macro
+    def load_band(unit, N, tx, stage, g_flat):
+        """Band ``unit``'s ``rows * N`` contiguous elements into ``stage``, vector ``tx + j *
+        threads``."""
+        src: T.let[T.int32] = ((unit // bands) * kd + (unit % bands) * R) * N
+        for j in T.unroll(L):
+            if tx + j * threads < R * N // V:
+                for e in T.vectorized(V):
+                    stage[j * V + e] = g_flat[src + (tx + j * threads) * V + e]
+
+    @T.macro
+    def gather_band(unit, N, p0, kv, tile, vector, d_flat):
+        """The tile's positions ``p0 + m * step``, kd-side vector ``kv``, into ``d_flat``."""
+        dst: T.let[T.int32] = ((unit // (2 * bands)) * N + p0) * kd + (
+            unit % bands) * R + kv * V
+        # One trip count for the CTA, a bound per position (see the forward's store loop).
+        for m in T.serial(T.truncdiv(N + step - 1, step)):
+            if p0 + m * step < N:
+                # Element loads into a local vector, then one 16-byte store: a vectorized
+                # gather prints an index vector of V lanes per load.
+                for e in T.unroll(V):
+                    vector[e] = tile[(kv * V + e) * N + p0 + m * step]
+                for e in T.vectorized(V):
+                    d_flat[dst + m * (step * kd) + e] = vector[e]
+
+    @T.prim_func
+    def backward(g_h: T.handle, dlo_h: T.handle, dhi_h: T.handle, N: T.int32):
+        T.func_attr({"global_symbol": name, "tirx.noalias": True})
+        B = T.int32()
+        g = T.match_buffer(g_h, (B, nh, 2, kd, N), dtype)
+        dlo = T.match_buffer(dlo_h, (B * nh, N, kd), dtype)
+        dhi = T.match_buffer(dhi_h, (B * nh, N, kd), dtype)
+        g_flat = T.decl_buffer((B * nh * 2 * kd * N,), dtype, data=g.data)
+        dlo_flat = T.decl_buffer((B * nh * N * kd,), dtype, data=dlo.data)
+        dhi_flat = T.decl_buffer((B * nh * N * kd,), dtype, data=dhi.data)
+        bx = T.launch_thread("blockIdx.x", T.min(B * (nh * 2 * bands), ctas))
+        tx = T.launch_thread("threadIdx.x", threads)
+        tile_alloc = T.alloc_buffer((tile_elems,), dtype, scope=scope)
+        tile = T.decl_buffer((tile_elems,), dtype, data=tile_alloc.data, scope=scope)
+        stage = T.alloc_buffer((L * V,), dtype, scope="local")
+        vector = T.alloc_buffer((V,), dtype, scope="local")
+        units: T.let[T.int32] = B * (nh * 2 * bands)
+        grid: T.let[T.int32] = T.min(units, ctas)
+        p0: T.let[T.int32] = tx // BV
+        kv: T.let[T.int32] = tx % BV
+        load_band(bx, N, tx, stage, g_flat)
+        for k in T.serial(T.truncdiv(units - bx + grid - 1, grid)):
+            unit: T.let[T.int32] = bx + k * grid
+            for j in T.unroll(L):  # the stage into the tile, in the band's own layout
+                if tx + j * threads < R * N // V:
+                    for e in T.vectorized(V):
+                        tile[(tx + j * threads) * V + e] = stage[j * V + e]
+            T.tvm_storage_sync("shared")
+            nxt: T.let[T.int32] = unit + grid
+            if nxt < units:  # the next band's loads, in flight during the gather
+                load_band(nxt, N, tx, stage, g_flat)
+            if (unit // bands) % 2 == 0:  # the stream is the CTA's: one branch a band
+                gather_band(unit, N, p0, kv, tile, vector, dlo_flat)
+            else:
+                gather_band(unit, N, p0, kv, tile, vector, dhi_flat)
+            T.tvm_storage_sync("shared")  # the tile is free for the next band
+
+    return backward
+
+
 def min_blocks(source: str, entries: dict[str, int]) -> str:
     """Give each kernel of ``entries`` (device entry -> CTAs per SM) ``__launch_bounds__``'
     minimum of resident CTAs, which TVM does not print: without it ptxas may take more
@@ -282,5 +426,11 @@ def min_blocks(source: str, entries: dict[str, int]) -> str:
     return source
 
 
-__all__ = ["BandParams", "band_forward", "default_params", "fits", "min_blocks", "rank",
-           "shared_bytes", "stage_vectors"]
+def band_pass(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
+    """The band kernel of ``params.pass_``."""
+    builder = band_forward if params.pass_ == "forward" else band_backward
+    return builder(config, params, name)
+
+
+__all__ = ["PASSES", "BandParams", "band_backward", "band_forward", "band_pass",
+           "default_params", "fits", "min_blocks", "rank", "shared_bytes", "stage_vectors"]

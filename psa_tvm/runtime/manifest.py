@@ -53,7 +53,7 @@ def kernel_symbol(pass_: str, schedule: str, vec: int, index_dtype: str,
     the second, small-call shifted backward of a split build ``s{vec_kd}small`` and the
     whole-row one (by ``N``) ``s{vec_kd}whole``. A plain kernel for a range of ``N`` (a tiled
     build's ``range_*`` params) appends ``n{first}to{last}``: ``psa_merge_fwd_tiled_v8n1024to2048
-    _i32``; so does a band forward of ``band`` rows at ``band_threads`` threads a CTA
+    _i32``; so does a band kernel of ``band`` rows at ``band_threads`` threads a CTA
     (psa_tvm/compiler/band.py), named ``band{rows}x{threads}``:
     ``psa_merge_fwd_tiled_band16x256n897to960_i32`` (one ``N`` range may hold band kernels for
     different call sizes).
@@ -146,7 +146,7 @@ class KernelSpec:
     backward: the main kernel for large calls, the small-tile one below). A kernel with an
     ``N`` range (``max_n`` > 0: it runs only for ``min_n <= N <= max_n``, a whole-row shifted
     backward) comes before the kernels of its rank without one, wherever ``N`` is in range.
-    A band forward (``band`` > 0, compiler/band.py) ranks above every other kernel and runs
+    A band kernel (``band`` > 0, compiler/band.py) ranks above every other kernel and runs
     only in its ``N`` range, from its ``min_numel`` and up to its ``max_numel`` (0: any size);
     the band kernels of one range split the call sizes between them.
     """
@@ -164,7 +164,7 @@ class KernelSpec:
     resources: dict[str, dict]
     rank: int = 0
     shifted: bool = False
-    band: int = 0  # > 0: a band forward of this many rows (compiler/band.py), any N in range
+    band: int = 0  # > 0: a band kernel of this many rows (compiler/band.py), any N in range
     min_numel: int = 0  # the kernel runs only for calls of at least this many merged elements
     max_numel: int = 0  # > 0: the kernel runs only for calls of at most this many elements
     min_n: int = 0  # with max_n > 0: the kernel runs only for min_n <= N <= max_n

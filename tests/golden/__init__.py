@@ -111,22 +111,26 @@ def shifted_kernel(pass_: str):
                                 golden_shifted_path(pass_).stem)
 
 
-#: The band forwards (psa_tvm/compiler/band.py), hand-written TIR like the shifted kernels, at
-#: default params (key_dim 32: the only one they build for): the first of each element size,
-#: and the 8-row 16-bit one of 37x29 (one kd-side vector a position). Name -> (config, index
-#: into band.default_params).
+#: The band kernels (psa_tvm/compiler/band.py), hand-written TIR like the shifted kernels, at
+#: default params (key_dim 32: the only one they build for): the first forward of each element
+#: size, the 8-row 16-bit one of 37x29 (one kd-side vector a position), and the 16-bit
+#: backwards of 40x23 and of 37x29 (32 rows: a tile in dynamic shared memory). Name ->
+#: (config, index into band.default_params).
 BAND_CONFIGS = {"float16": (OpConfig(32, 4, "float16"), 0),
                 "float32": (OpConfig(32, 4, "float32"), 0),
                 "float16_rows8": (OpConfig(32, 4, "float16"), 1),
-                # A tile past 48 KB, in dynamic shared memory (v28's probes; none built).
-                "float16_rows32": (OpConfig(32, 4, "float16"), None)}
+                # A forward tile past 48 KB, in dynamic shared memory (v28's probes; none built).
+                "float16_rows32": (OpConfig(32, 4, "float16"), None),
+                "backward_float16": (OpConfig(32, 4, "float16"), 5),
+                "backward_float16_rows32": (OpConfig(32, 4, "float16"), 6)}
 #: The params of "float16_rows32" (BandParams' fields, the TVM-free way).
 ROWS32_DYNAMIC = {"rows": 32, "threads": 768, "ctas_per_sm": 2, "min_n": 1073, "max_n": 1079,
                   "min_numel": 0}
 
 
 def golden_band_path(name: str) -> Path:
-    return GOLDEN_DIR / f"band_forward_{name}.tvmscript"
+    stem = f"band_{name}" if name.startswith("backward") else f"band_forward_{name}"
+    return GOLDEN_DIR / f"{stem}.tvmscript"
 
 
 def band_kernel(name: str):
@@ -136,4 +140,5 @@ def band_kernel(name: str):
     params = (band.BandParams(**ROWS32_DYNAMIC) if index is None
               else band.default_params(config)[index])
     assert name.endswith("rows8") == (params.rows == 8)
-    return band.band_forward(config, params, golden_band_path(name).stem)
+    assert name.startswith("backward") == (params.pass_ == "backward")
+    return band.band_pass(config, params, golden_band_path(name).stem)
