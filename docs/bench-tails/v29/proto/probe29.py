@@ -2,7 +2,7 @@
 the kernel's own buffers, in one process, three placements, every run checked bit-exact on
 NaN-poisoned outputs. Call 1: band backwards (gen_bwd29.py); calls 2-3: shifted backwards
 with other tiles (gen_shift29.py); call 4: both at the call sizes that would split them;
-call 5: the final artifacts against v28's shifted backward.
+call 5: the final artifacts against v28's shifted backward; call 8: float32 shifted forwards.
 
     PYTHONPATH=. python3 docs/bench-tails/v29/proto/probe29.py ARTIFACTS OUT.json CALL LIB.so...
 
@@ -66,6 +66,15 @@ CASES_CALL4 = [
 #: Call 5: call 4's 16-bit rows against the final artifacts, whose band backwards run there,
 #: beside v28's shifted backward (gen_shift29.py CALL 5) and call 4's band prototypes.
 CASES_CALL5 = [case for case in CASES_CALL4 if case[1] != "float32"]
+#: Call 8: the float32 batch-16 forwards still above 1.05 (37x29 on the shifted kernel, 20x15 on
+#: the 16-byte tiled one) and their neighbours, against the shifted forward's other shapes
+#: (gen_shift29.py CALL 8); forward, unlike the calls before.
+CASES_CALL8 = [
+    (4, "float32", 16, 37, 29), (4, "float32", 8, 37, 29), (4, "float32", 24, 37, 29),
+    (4, "float32", 32, 37, 29), (4, "float32", 64, 37, 29), (6, "float32", 16, 37, 29),
+    (2, "float32", 32, 37, 29), (4, "float32", 16, 36, 30), (4, "float32", 16, 20, 15),
+    (4, "float32", 16, 40, 23), (4, "float32", 64, 40, 23), (4, "float32", 16, 1, 33),
+]
 PLACEMENTS = 3
 TAGS = {2: "_h_", 4: "_f_"}
 
@@ -82,8 +91,10 @@ def main(root: str, out_path: str, call: str, *lib_paths: str) -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     stream = torch.cuda.current_stream().cuda_stream
     rows_out = []
-    for nh, dtype_name, batch, height, width in {"1": CASES, "2": CASES_CALL2, "4": CASES_CALL4,
-                                                  "5": CASES_CALL5}[call]:
+    forward = call == "8"
+    cases = {"1": CASES, "2": CASES_CALL2, "4": CASES_CALL4, "5": CASES_CALL5,
+             "8": CASES_CALL8}[call]
+    for nh, dtype_name, batch, height, width in cases:
         dtype = getattr(torch, dtype_name)
         n, rows = height * width, batch * nh
         op = PsaMergeAttnRuntimeOp(32, nh, dtype_name, schedule="tiled", artifacts=root)
@@ -95,12 +106,19 @@ def main(root: str, out_path: str, call: str, *lib_paths: str) -> None:
             lo, hi = halves[0], halves[1]
             grad = torch.randn(batch, 2 * nh * 32, height, width, device="cuda", dtype=dtype,
                                generator=gen) + 1
-            want = torch.stack(reference.merge_backward(grad, nh, 32))
-            fns = {"shipped": functools.partial(op.launch_backward, grad, lo, hi, stream)}
-            entry = op.plan_backward(grad, [lo, hi]).kernel.entry
-            args = (ctypes.c_void_p(grad.data_ptr()), ctypes.c_void_p(lo.data_ptr()),
-                    ctypes.c_void_p(hi.data_ptr()), ctypes.c_int(rows), ctypes.c_int(n),
-                    ctypes.c_void_p(stream))
+            if forward:  # grad is the forward's output here, lo and hi its inputs
+                want, written = reference.merge(lo, hi, nh, height, width), grad
+                fns = {"shipped": functools.partial(op.launch_forward, lo, hi, grad, stream,
+                                                    (height, width))}
+                entry = op.plan_forward([lo, hi], grad, (height, width)).kernel.entry
+                pointers = (lo, hi, grad)
+            else:
+                want, written = torch.stack(reference.merge_backward(grad, nh, 32)), halves
+                fns = {"shipped": functools.partial(op.launch_backward, grad, lo, hi, stream)}
+                entry = op.plan_backward(grad, [lo, hi]).kernel.entry
+                pointers = (grad, lo, hi)
+            args = (*(ctypes.c_void_p(t.data_ptr()) for t in pointers), ctypes.c_int(rows),
+                    ctypes.c_int(n), ctypes.c_void_p(stream))
             for symbol in names[TAGS[dtype.itemsize]]:
                 bounds = re.search(r"_n(\d+)to(\d+)$", symbol)
                 if bounds and not int(bounds[1]) <= n <= int(bounds[2]):
@@ -109,20 +127,21 @@ def main(root: str, out_path: str, call: str, *lib_paths: str) -> None:
                 fn.restype = ctypes.c_int
                 fns[symbol] = functools.partial(fn, *args)
             for name, fn in fns.items():
-                halves.fill_(float("nan"))
+                written.fill_(float("nan"))
                 rc = fn()
                 torch.cuda.synchronize()
                 exact[name] = (exact.get(name, True) and rc in (None, 0)
-                               and reference.same_bits(halves, want))
-            copy = flat_copy(grad, halves)
+                               and reference.same_bits(written, want))
+            copy = flat_copy(halves, grad) if forward else flat_copy(grad, halves)
             copy_us = prof.median_us(copy)
             times.setdefault("copy us", []).append(copy_us)
             for name, fn in fns.items():
                 kernel_us = prof.median_us(fn)  # None: the profiler caught no kernel
                 times.setdefault(name, []).append(kernel_us / copy_us if kernel_us else
                                                   float("nan"))
-        case = f"bwd nh{nh} {dtype_name} {batch}x{height}x{width} N={n}"
-        print(case, entry.removeprefix("psa_merge_bwd_tiled_"), flush=True)
+        pass_ = "fwd" if forward else "bwd"
+        case = f"{pass_} nh{nh} {dtype_name} {batch}x{height}x{width} N={n}"
+        print(case, entry.removeprefix(f"psa_merge_{pass_}_tiled_"), flush=True)
         for name, ratios in times.items():
             row = {"case": case, "impl": name, "ratio": round(statistics.median(ratios), 4),
                    "ratios": [round(r, 4) for r in ratios], "exact": exact.get(name),
