@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 from tvm.script import tirx as T
 from tvm.tirx import PrimFunc
@@ -202,14 +203,13 @@ _BWD_TAIL_N = (1073, 1079)
 
 
 def _backwards_16bit(config: OpConfig) -> tuple[BandParams, ...]:
-    backward = dict(pass_="backward")
     near = dict(min_n=_BWD_N[0], max_n=_BWD_N[1])
     tail = dict(min_n=_BWD_TAIL_N[0], max_n=_BWD_TAIL_N[1])
-    return (BandParams(**backward, rows=16, threads=384, ctas_per_sm=4, **near,
+    return (BandParams(pass_="backward", rows=16, threads=384, ctas_per_sm=4, **near,
                        **_call_sizes(config, _BWD_N, 240, 264)),
-            BandParams(**backward, rows=32, threads=576, ctas_per_sm=2, **tail,
+            BandParams(pass_="backward", rows=32, threads=576, ctas_per_sm=2, **tail,
                        **_call_sizes(config, _BWD_TAIL_N, 120, 132)),
-            BandParams(**backward, rows=32, threads=640, ctas_per_sm=2, **tail,
+            BandParams(pass_="backward", rows=32, threads=640, ctas_per_sm=2, **tail,
                        **_call_sizes(config, _BWD_TAIL_N, 248, 264)))
 
 
@@ -248,21 +248,35 @@ def fits(config: OpConfig, params: BandParams) -> str | None:
     return None
 
 
+class _Shape(NamedTuple):
+    """The compile-time constants of one band kernel, forward or backward."""
+
+    V: int  # elements of a 16-byte vector
+    R: int  # rows of a band
+    BV: int  # kd-side vectors of one position in a band
+    bands: int  # bands of one (b, h, s) block
+    threads: int
+    step: int  # positions between a thread's stage vectors (and gathered positions)
+    L: int  # stage vectors a thread
+    ctas: int  # the persistent grid's CTAs
+    tile_elems: int  # elements of the shared [rows, max_n] tile
+    scope: str  # the tile's: static or dynamic shared memory
+
+
+def _shape(config: OpConfig, params: BandParams) -> _Shape:
+    V, R = vector_width(config), params.rows
+    return _Shape(V=V, R=R, BV=R // V, bands=config.key_dim // R, threads=params.threads,
+                  step=params.threads // (R // V), L=stage_vectors(config, params),
+                  ctas=params.ctas, tile_elems=R * params.max_n,
+                  scope="shared.dyn" if dynamic_shared(config, params) else "shared")
+
+
 @parses_tvmscript
 def band_forward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
     """``out[b, h, s, d, n] = (lo, hi)[s][b*nh + h, n, d]`` for ``N <= params.max_n``, a band
     of ``params.rows`` output rows at a time; see the module doc."""
     kd, nh, dtype = config.key_dim, config.num_heads, config.dtype
-    V = vector_width(config)
-    R = params.rows
-    BV = R // V  # kd-side vectors of one position in a band
-    bands = kd // R
-    threads = params.threads
-    step = threads // BV  # positions between a thread's stage vectors
-    L = stage_vectors(config, params)
-    ctas = params.ctas
-    tile_elems = R * params.max_n
-    scope = "shared.dyn" if dynamic_shared(config, params) else "shared"
+    V, R, BV, bands, threads, step, L, ctas, tile_elems, scope = _shape(config, params)
 
     @T.macro
     def load_band(unit, N, p0, kv, stage, lo_flat, hi_flat):
@@ -338,16 +352,7 @@ def band_backward(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
     kd-side vector ``t % (rows / vec)`` of positions ``t / (rows / vec) + m * step`` from the
     tile while the next band's loads are in flight."""
     kd, nh, dtype = config.key_dim, config.num_heads, config.dtype
-    V = vector_width(config)
-    R = params.rows
-    BV = R // V
-    bands = kd // R
-    threads = params.threads
-    step = threads // BV
-    L = stage_vectors(config, params)
-    ctas = params.ctas
-    tile_elems = R * params.max_n
-    scope = "shared.dyn" if dynamic_shared(config, params) else "shared"
+    V, R, BV, bands, threads, step, L, ctas, tile_elems, scope = _shape(config, params)
 
     @T.macro
     def load_band(unit, N, tx, stage, g_flat):
