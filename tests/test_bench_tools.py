@@ -589,3 +589,38 @@ def test_tune_run_refuses_to_append_to_timings_against_another_copy(tmp_path):
     with pytest.raises(Exception) as err:
         tune.main(["run", "--artifacts", str(tmp_path), "--profiler"])
     assert "buffers of its own" not in str(err.value)
+
+
+def _bench_record(impl: str, label: str, prof_us: float, copy_us: float,
+                  moved: int = 35_000_000) -> dict:
+    return {"dtype": "float32", "pass": "forward", "label": label, "impl": impl, "n": 1073,
+            "bytes_moved": moved, "us": prof_us + 3, "prof_us": prof_us,
+            "prof_copy_us": copy_us, "prof_ratio": prof_us / copy_us,
+            "fraction_of_copy": copy_us / prof_us, "variant": None}
+
+
+def test_bench_tables_set_each_row_beside_the_elementwise_copy():
+    """The ``copy_kernel`` peer gets its own column in every row, and the target table adds the
+    >= 8 MB rows' worst ratio to it beside the worst ratio to the memcpy; without the peer the
+    target table keeps its five columns."""
+    from psa_tvm.tools.bench import markdown, summary
+
+    records = []
+    for label, memcpy, kernel_copy, tiled in (("37x29/b16", 10.4, 10.6, 11.0),
+                                              ("37x29/b15", 12.2, 9.7, 10.8)):
+        records += [_bench_record("copy", label, memcpy, memcpy),
+                    _bench_record("copy_kernel", label, kernel_copy, memcpy),
+                    _bench_record("tiled", label, tiled, memcpy)]
+    table = summary(records)
+    head, rule, row = table.splitlines()
+    assert head.endswith("| >= 8 MB: max ratio to the copy kernel (shape) |")
+    assert rule.count("---") == 6
+    # worst to the memcpy: b16 (11.0 / 10.4); worst to the kernel copy: b15 (10.8 / 9.7)
+    assert row == ("| float32 | forward | 1.058 (37x29/b16) | - | - | 1.113 (37x29/b15) |")
+    rows = markdown(records, ["tiled"]).splitlines()
+    assert "copy_kernel us (events / profiler) [x copy]" in rows[0]
+    assert rows[0].index("copy_kernel") < rows[0].index("tiled us")
+    assert "| 13.6 / 10.6 [1.02] | 14.0 / 11.0 [1.06] |" in rows[2]
+
+    plain = summary([r for r in records if r["impl"] != "copy_kernel"])
+    assert "copy kernel" not in plain and plain.splitlines()[1].count("---") == 5

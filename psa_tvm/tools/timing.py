@@ -50,8 +50,17 @@ def merge_halves(rows: int, n: int, key_dim: int, dtype: torch.dtype,
 
 
 def flat_copy(src: torch.Tensor, dst: torch.Tensor) -> Callable[[], object]:
-    """The floor of a pass: ``dst``'s bytes overwritten by ``src``'s, both viewed flat."""
+    """The floor of a pass: ``dst``'s bytes overwritten by ``src``'s, both viewed flat (torch
+    hands a contiguous same-dtype copy to the driver's device-to-device ``cudaMemcpyAsync``)."""
     return lambda: dst.view(-1).copy_(src.view(-1))
+
+
+def flat_copy_kernel(src: torch.Tensor, dst: torch.Tensor) -> Callable[[], object]:
+    """The same bytes moved by an elementwise kernel (``dst = src * 1``) instead of the driver's
+    memcpy. On the H200 the memcpy's time jumps with the byte count: 3.3 TB/s at multiples of
+    4 KiB, 2.6-2.8 TB/s a few bytes off, where this kernel stays at 3.4 TB/s (docs/perf.md
+    v30). Beside :func:`flat_copy` it shows which of a row's ratio is the floor's own step."""
+    return lambda: torch.mul(src.view(-1), 1, out=dst.view(-1))
 
 
 def host_us_per_call(fn: Callable[[], object], calls: int = 2000) -> float:
