@@ -3,13 +3,15 @@
 Runs on the GPU host from prebuilt artifacts (no TVM there). For every shape and dtype it times, in
 one process and on the same non-zero inputs: a device-to-device copy of the same bytes, from the
 pass's inputs into its outputs (the floor; at L2-sized calls a copy's time depends on where its
-buffers lie, docs/perf.md v23), PyTorch eager, ``torch.compile`` (static per shape, and one
-dynamic-shape build), and each of our schedules. Every row has two times: CUDA events around the
-call (L2 flushed, GPU spun so the launch is queued first) and the kernel time CUPTI reports through
-``torch.profiler``; the ratio to the copy is taken from the profiler times. Shapes: the square YOLO
-maps (``yolo``) and rectangular and odd grids (``tails``: 20x15, 20x12, 40x23, 37x29, 1x33, 64x3).
-``--cpu`` adds a CPU section (torch eager, torch ``copy_``, psa-tvm's CPU library), which needs no
-GPU. Writes ``bench.json``, ``bench.md`` and ``bench.png`` (and ``bench_tails.png``) to ``--out``.
+buffers lie, docs/perf.md v23), the same bytes moved by an elementwise kernel (``copy_kernel``: the
+driver's memcpy is 19-29% slower off multiples of 4 KiB, docs/perf.md v30), PyTorch eager,
+``torch.compile`` (static per shape, and one dynamic-shape build), and each of our schedules. Every
+row has two times: CUDA events around the call (L2 flushed, GPU spun so the launch is queued first)
+and the kernel time CUPTI reports through ``torch.profiler``; the ratio to the copy is taken from
+the profiler times. Shapes: the square YOLO maps (``yolo``) and rectangular and odd grids
+(``tails``: 20x15, 20x12, 40x23, 37x29, 1x33, 64x3). ``--cpu`` adds a CPU section (torch eager,
+torch ``copy_``, psa-tvm's CPU library), which needs no GPU. Writes ``bench.json``, ``bench.md`` and
+``bench.png`` (and ``bench_tails.png``) to ``--out``.
 """
 
 from __future__ import annotations
