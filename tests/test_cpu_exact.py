@@ -393,3 +393,89 @@ def test_square_forward_lane_tail_on_and_off_is_exact(dtype):
             module[name](lo, hi, out.tensor.view(2, 2, 2, 32, n), n)
             assert bitwise_equal(out.tensor, expected), (name, n)
             assert out.canaries_intact(), (name, n)
+
+
+# ----------------------------------------------------------------------- slice prefetch
+# cpu_shuffle's prefetch kernels have each task prefetch its slice of the merged tensor first
+# (where a slice is at most prefetch_slice_bytes); the run time takes them for calls whose
+# merged tensor reaches psa_tvm_cpu_prefetch_bytes (tests/test_native.py checks that choice).
+
+
+@pytest.mark.parametrize("dtype", ("float32", "bfloat16"))
+def test_prefetching_kernels_are_exact(dtype):
+    """The prefetch kernels, and the same with the prefetch shut off by the slice cap, compiled
+    from the rule directly: every N around the tiles and 1073, both passes, inputs one element
+    off alignment, poisoned outputs with canaries."""
+    import dataclasses
+
+    import tvm
+
+    from psa_tvm.compiler.cpu import SHUFFLE, cpu_target
+    from psa_tvm.config import OpConfig
+
+    config = OpConfig(32, 2, dtype)
+    default = SHUFFLE.default_params(config)
+    variants = {"always": dataclasses.replace(default, prefetch=True),
+                "capped": dataclasses.replace(default, prefetch=True, prefetch_slice_bytes=64)}
+    funcs = {f"{name}_{pass_}": SHUFFLE.build(pass_, config, params, name=f"{name}_{pass_}")
+             for name, params in variants.items() for pass_ in ("forward", "backward")}
+    module = tvm.compile(tvm.IRModule(funcs), target=cpu_target()).mod
+    torch_dtype = DTYPES[dtype]
+    for n in (1, 7, 8, 9, 15, 16, 17, 33, 300, 1073):
+        shape = half_shape(2, 2, 1, n, 32)
+        lo, hi = _misaligned(shape, torch_dtype, n), _misaligned(shape, torch_dtype, n + 1)
+        expected = reference.merge(lo, hi, 2, 1, n)
+        for name in variants:
+            out = poisoned(expected.shape, torch_dtype, "cpu", 1)
+            module[f"{name}_forward"](lo, hi, out.tensor.view(2, 2, 2, 32, n), n)
+            assert bitwise_equal(out.tensor, expected) and out.canaries_intact(), (name, n)
+            d_lo = poisoned(shape, torch_dtype, "cpu", 1)
+            d_hi = poisoned(shape, torch_dtype, "cpu", 1)
+            module[f"{name}_backward"](expected.view(2, 2, 2, 32, n), d_lo.tensor, d_hi.tensor, n)
+            assert bitwise_equal(d_lo.tensor, lo) and bitwise_equal(d_hi.tensor, hi), (name, n)
+            assert d_lo.canaries_intact() and d_hi.canaries_intact(), (name, n)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_shuffle_kernels_prefetch_for_writing_forward_and_reading_backward(dtype):
+    """x86-64-v3 code: the forward's slice prefetch is PREFETCHW (the target enables it; a
+    read prefetch would fetch the lines shared and pay a second request to own them), the
+    backward's a read prefetch; the plain kernels have none."""
+    import dataclasses
+    import re
+
+    import tvm
+
+    from psa_tvm.compiler.cpu import SHUFFLE, cpu_target
+    from psa_tvm.config import OpConfig
+
+    if cpu_target().attrs.get("mcpu") != "x86-64-v3":
+        pytest.skip("the instruction check is for the default x86-64-v3 target")
+    config = OpConfig(32, 2, dtype)
+    plain = SHUFFLE.default_params(config)
+    for pass_, expected, other in (("forward", "prefetchw", "prefetcht0"),
+                                   ("backward", "prefetcht0", "prefetchw")):
+        funcs = {f"{pass_}_{on}": SHUFFLE.build(pass_, config,
+                                               dataclasses.replace(plain, prefetch=on),
+                                               name=f"{pass_}_{on}") for on in (True, False)}
+        for name, func in funcs.items():
+            asm = tvm.compile(tvm.IRModule({name: func}),
+                              target=cpu_target()).mod.inspect_source("asm")
+            if name.endswith("True"):
+                assert re.search(rf"\t{expected}\s", asm), (name, "no slice prefetch")
+                assert not re.search(rf"\t{other}\s", asm), name
+            else:
+                assert not re.search(r"\tprefetch", asm), name
+
+
+@pytest.mark.parametrize("dtype", ("float32", "bfloat16"))
+def test_outputs_past_the_prefetch_size_are_exact(dtype):
+    """Through the library at sizes past the caches of small hosts: 16 x 4 heads x 37x29 (17.6 MB
+    float32, 8.8 MB bfloat16 a side; the prefetch kernels where the host's threshold is at most
+    that, a quarter of its L3 by default), both passes, poisoned outputs."""
+    torch_dtype = DTYPES[dtype]
+    shape = half_shape(16, 4, 37, 29, 32)
+    lo, hi = inputs(shape, torch_dtype, "cpu", 7), inputs(shape, torch_dtype, "cpu", 8)
+    check_forward(lo, hi, 4, 37, 29, where=f"{dtype} 16x4x37x29")
+    grad = inputs(merged_shape(16, 4, 37, 29, 32), torch_dtype, "cpu", 9)
+    check_backward(grad, 4, 32, where=f"{dtype} 16x4x37x29")

@@ -10,10 +10,13 @@ tvm = pytest.importorskip("tvm")
 from tests.golden import (  # noqa: E402
     BAND_CONFIGS,
     CASES,
+    CPU_SHUFFLE_CASES,
     SHIFTED_PASSES,
     band_kernel,
     case_id,
+    cpu_shuffle_kernel,
     golden_band_path,
+    golden_cpu_shuffle_path,
     golden_path,
     golden_shifted_path,
     scheduled,
@@ -50,3 +53,10 @@ def test_band_kernel_matches_the_golden_file(name):
     """The hand-written band kernels, forwards and backwards, compared as text like the
     shifted kernels."""
     assert band_kernel(name).script() == golden_band_path(name).read_text()
+
+
+@pytest.mark.parametrize("name", CPU_SHUFFLE_CASES)
+def test_cpu_shuffle_kernel_matches_the_golden_file(name):
+    """The CPU register-tile kernels (tile loops, shuffle network, slice prefetch), compared as
+    text like the band kernels."""
+    assert cpu_shuffle_kernel(name).script() == golden_cpu_shuffle_path(name).read_text()

@@ -215,6 +215,7 @@ def test_library_info_cpu_kernels_match_the_cpu_libraries(art, lib):
         assert kernels["forward_vec"] == spec.forward_vec
         assert kernels["pairs_forward_vec"] == spec.pairs_forward_vec
         assert kernels["pairs_backward"] == spec.pairs_backward
+        assert kernels["prefetch"] == spec.prefetch
         module = tvm_ffi.load_module(str(spec.path))
         for symbol in kernels["symbols"]:  # the per-config library exports the same kernels
             assert module[symbol] is not None
@@ -224,6 +225,8 @@ def test_library_info_cpu_kernels_match_the_cpu_libraries(art, lib):
         if spec.pairs_forward_vec:
             expected |= {f"psa_merge_fwd_cpu_pairs_v{spec.pairs_forward_vec}",
                          "psa_merge_bwd_cpu_pairs"}
+        if spec.prefetch:
+            expected |= {"psa_merge_fwd_cpu_prefetch", "psa_merge_bwd_cpu_prefetch"}
         assert set(kernels["symbols"]) == expected
     assert {c.dtype for c in (s.config for s in manifest.cpu_libraries)} == {
         "float32", "float16", "bfloat16"}
@@ -272,6 +275,96 @@ def test_cpu_kernels_exact_and_choice_agrees(art, lib, dtype, shape, offset):
     lib.merge_backward(grad, d_lo.tensor, d_hi.tensor)
     assert bitwise_equal(d_lo.tensor, ref_lo) and bitwise_equal(d_hi.tensor, ref_hi)
     assert d_lo.canaries_intact() and d_hi.canaries_intact()
+
+
+# In a process of its own: the threshold is read once per process (cpu_pool.cc).
+_PREFETCH_SCRIPT = r"""
+import sys
+from pathlib import Path
+
+import torch
+
+from psa_tvm import reference
+from psa_tvm.config import OpConfig
+from psa_tvm.runtime import native as native_rt
+from psa_tvm.runtime.cpu import cpu_kernels
+from tests.helpers import bitwise_equal, inputs, poisoned
+
+art, kd, nh = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+lib = native_rt.load(art)
+for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    runtime = cpu_kernels(OpConfig(kd, nh, str(dtype).removeprefix("torch.")), art)
+    assert runtime.library.prefetch and runtime.prefetch_bytes == 1, runtime.prefetch_bytes
+    for batch, height, width in ((1, 1, 1), (1, 1, 33), (2, 7, 5), (2, 37, 29)):
+        n = height * width
+        lo = inputs((batch * nh, n, kd), dtype, "cpu", n)
+        hi = inputs((batch * nh, n, kd), dtype, "cpu", n + 1)
+        expected = reference.merge(lo, hi, nh, height, width)
+        for run in ("native", "runtime"):
+            out = poisoned(expected.shape, dtype, "cpu", 1)
+            out5 = out.tensor.view(batch, nh, 2, kd, n)
+            want = list(runtime.plan_forward(lo, hi, out5, n))
+            got = list(lib.module["plan_cpu_forward"](lo, hi, out.tensor))
+            assert got == want and want[0] == "prefetch", (got, want)
+            if run == "native":
+                lib.merge_forward(lo, hi, out.tensor)
+            else:
+                runtime.forward(lo, hi, out5, n)
+            assert bitwise_equal(out.tensor, expected) and out.canaries_intact(), (run, n)
+            d_lo = poisoned(lo.shape, dtype, "cpu", 1)
+            d_hi = poisoned(lo.shape, dtype, "cpu", 1)
+            want = list(runtime.plan_backward(expected.view(batch, nh, 2, kd, n), d_lo.tensor,
+                                              d_hi.tensor, n))
+            got = list(lib.module["plan_cpu_backward"](expected, d_lo.tensor, d_hi.tensor))
+            assert got == want and want[0] == "prefetch", (got, want)
+            if run == "native":
+                lib.merge_backward(expected, d_lo.tensor, d_hi.tensor)
+            else:
+                runtime.backward(expected.view(batch, nh, 2, kd, n), d_lo.tensor, d_hi.tensor, n)
+            assert bitwise_equal(d_lo.tensor, lo) and bitwise_equal(d_hi.tensor, hi), (run, n)
+            assert d_lo.canaries_intact() and d_hi.canaries_intact(), (run, n)
+        if dtype == torch.float32:  # numpy arrays take the same choice (sized by shape)
+            out = poisoned(expected.shape, dtype, "cpu", 1)
+            arrays = (lo.numpy(), hi.numpy(), out.tensor.view(batch, nh, 2, kd, n).numpy())
+            assert runtime.plan_forward(*arrays, n)[0] == "prefetch"
+            runtime.forward(*arrays, n)
+            assert bitwise_equal(out.tensor, expected) and out.canaries_intact(), ("numpy", n)
+print("ok")
+"""
+
+
+def test_prefetch_kernels_chosen_alike_and_exact_past_the_threshold(art):
+    """With ``PSA_TVM_CPU_PREFETCH_BYTES=1`` every call takes the prefetching kernels, in the
+    native library and in psa_tvm.runtime.cpu alike (one threshold, ``cpu_pool.cc``), and both
+    are bit-exact with canaries intact, tails and a single position included."""
+    env = {**os.environ, "PSA_TVM_CPU_PREFETCH_BYTES": "1", "PSA_TVM_ARTIFACTS": str(art)}
+    proc = subprocess.run([sys.executable, "-c", _PREFETCH_SCRIPT, str(art), str(KD), str(NH)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (
+        f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}")
+
+
+def test_prefetch_threshold_is_a_quarter_of_the_l3(art, lib):
+    """By default the prefetching kernels start at a quarter of cpu0's L3 (sysfs), in both
+    launch paths; below it the plain kernels run."""
+    import glob
+
+    if os.environ.get("PSA_TVM_CPU_PREFETCH_BYTES"):
+        pytest.skip("PSA_TVM_CPU_PREFETCH_BYTES is set")
+    l3 = 0
+    for index in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+        with open(f"{index}/level") as f:
+            if f.read().strip() == "3":
+                with open(f"{index}/size") as f:
+                    size = f.read().strip()
+                shift = {"K": 10, "M": 20}.get(size[-1], 0)
+                l3 = (int(size[:-1]) if shift else int(size)) << shift
+    runtime = _runtime_cpu(art, torch.float32)
+    assert runtime.prefetch_bytes == l3 // 4
+    lo = inputs(half(1, 33), torch.float32, "cpu", 1)
+    out = torch.empty(merged(1, 1, 33))
+    kind, _, _ = lib.module["plan_cpu_forward"](lo, lo, out)
+    assert kind == "generic"
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)

@@ -13,6 +13,7 @@ the library, fills it with a small thread pool when the library is loaded withou
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import platform
@@ -33,6 +34,7 @@ from psa_tvm.runtime.cpu import (
     FORWARD_SYMBOL,
     forward_vec_symbol,
     pairs_symbol,
+    prefetch_symbol,
 )
 from psa_tvm.runtime.env import cpu_mcpu
 
@@ -66,6 +68,7 @@ class CpuKernelSet:
     forward_vec: int  # > 1: a forward kernel for N % forward_vec == 0
     pairs_forward_vec: int  # > 0 (16-bit): a forward kernel on words for N % (2 * it) == 0
     pairs_backward: bool  # 16-bit: a backward kernel on words for even N
+    prefetch: bool = False  # both passes again, prefetching their slice first (large calls)
 
 
 def scheduled_cpu_kernels(config: OpConfig, prefix: str = "") -> CpuKernelSet:
@@ -75,14 +78,17 @@ def scheduled_cpu_kernels(config: OpConfig, prefix: str = "") -> CpuKernelSet:
     Where ``cpu_shuffle`` supports ``config`` its two kernels are the generic ones (any ``N``,
     any element-aligned view) and nothing else is built: measured faster than the ``cpu`` rule's
     vec and pairs kernels in every shape, so the run time's choice (the facts below) always
-    lands on them. Otherwise the ``cpu`` rule's kernels and pair kernels."""
+    lands on them, with a second pair that prefetches each slice first, for calls past the
+    caches. Otherwise the ``cpu`` rule's kernels and pair kernels."""
     if SHUFFLE.supports(config):
-        shuffle_params = SHUFFLE.default_params(config)
-        funcs = {prefix + symbol: SHUFFLE.build(pass_, config, shuffle_params,
-                                                name=prefix + symbol)
-                 for symbol, pass_ in ((FORWARD_SYMBOL, "forward"),
-                                       (BACKWARD_SYMBOL, "backward"))}
-        return CpuKernelSet(funcs, 1, 0, False)
+        plain = SHUFFLE.default_params(config)
+        variants = [(FORWARD_SYMBOL, "forward", plain), (BACKWARD_SYMBOL, "backward", plain)]
+        prefetching = dataclasses.replace(plain, prefetch=True)
+        variants += [(prefetch_symbol(pass_), pass_, prefetching)
+                     for pass_ in ("forward", "backward")]
+        funcs = {prefix + symbol: SHUFFLE.build(pass_, config, params, name=prefix + symbol)
+                 for symbol, pass_, params in variants}
+        return CpuKernelSet(funcs, 1, 0, False, prefetch=True)
     params = RULE.default_params(config)
     kernels = [(FORWARD_SYMBOL, "forward", merge_forward, 1),
                (BACKWARD_SYMBOL, "backward", merge_backward, 1)]
@@ -129,10 +135,11 @@ def cpu_facts(config: OpConfig) -> dict:
     """The manifest's facts of ``config``'s CPU kernels (what :func:`scheduled_cpu_kernels`
     builds), without scheduling anything."""
     if SHUFFLE.supports(config):
-        return {"forward_vec": 1, "pairs_forward_vec": 0, "pairs_backward": False}
+        return {"forward_vec": 1, "pairs_forward_vec": 0, "pairs_backward": False,
+                "prefetch": True}
     pairs_vec = _pairs_vec(config)
     return {"forward_vec": RULE.forward_vec(config, RULE.default_params(config)),
-            "pairs_forward_vec": pairs_vec, "pairs_backward": pairs_vec > 0}
+            "pairs_forward_vec": pairs_vec, "pairs_backward": pairs_vec > 0, "prefetch": False}
 
 
 def _pairs_vec(config: OpConfig) -> int:
@@ -153,6 +160,10 @@ def cpu_target() -> tvm.target.Target:
         from tvm.target import codegen
 
         mcpu = codegen.llvm_get_system_cpu()
-    if mcpu is None and platform.machine() in ("x86_64", "AMD64"):
+    x86 = platform.machine() in ("x86_64", "AMD64")
+    if mcpu is None and x86:
         mcpu = "x86-64-v3"
-    return tvm.target.Target({"kind": CPU_TARGET, **({"mcpu": mcpu} if mcpu else {})})
+    # PREFETCHW: cpu_shuffle's write prefetch (without it LLVM emits a read prefetch). Every
+    # AVX2 CPU but Haswell has it, and there the instruction is a NOP.
+    mattr = {"mattr": ["+prfchw"]} if x86 else {}
+    return tvm.target.Target({"kind": CPU_TARGET, **({"mcpu": mcpu} if mcpu else {}), **mattr})

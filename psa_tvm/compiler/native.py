@@ -44,6 +44,7 @@ from psa_tvm.runtime.cpu import (
     FORWARD_SYMBOL,
     forward_vec_symbol,
     pairs_symbol,
+    prefetch_symbol,
 )
 from psa_tvm.runtime.env import cpu_mcpu, cuda_roots, cxx_compiler
 from psa_tvm.runtime.manifest import MANIFEST_NAME
@@ -417,7 +418,7 @@ def generate_source(root: Path, manifest: dict, cpu_objects: dict[OpConfig, dict
                              "dtype": config.dtype, "cpu": config in cpu_objects,
                              **({"cpu_kernels": {k: cpu_objects[config][k] for k in (
                                  "forward_vec", "pairs_forward_vec", "pairs_backward",
-                                 "symbols")}} if config in cpu_objects else {}),
+                                 "prefetch", "symbols")}} if config in cpu_objects else {}),
                              "builds": {"default": [builds[i][0]["source"] if i >= 0 else None
                                                     for i in default],
                                         **{f"sm_{a}": [builds[i][0]["source"] if i >= 0
@@ -535,7 +536,9 @@ def _cpu_set(config: OpConfig, facts: dict) -> str:
             f"{kernel(forward_vec_symbol(fvec) if fvec > 1 else None)}, {pvec}, "
             f"{kernel(pairs_symbol('forward', pvec) if pvec else None)}, "
             f"{'true' if facts['pairs_backward'] else 'false'}, "
-            f"{kernel(pairs_symbol('backward') if facts['pairs_backward'] else None)}}}")
+            f"{kernel(pairs_symbol('backward') if facts['pairs_backward'] else None)}, "
+            f"{kernel(prefetch_symbol('forward') if facts['prefetch'] else None)}, "
+            f"{kernel(prefetch_symbol('backward') if facts['prefetch'] else None)}}}")
 
 
 def compile_cpu_object(configs: list[OpConfig], path: Path) -> dict[OpConfig, dict]:
@@ -556,6 +559,7 @@ def compile_cpu_object(configs: list[OpConfig], path: Path) -> dict[OpConfig, di
         facts[config] = {"forward_vec": kernels.forward_vec,
                          "pairs_forward_vec": kernels.pairs_forward_vec,
                          "pairs_backward": kernels.pairs_backward,
+                         "prefetch": kernels.prefetch,
                          "symbols": sorted(name.removeprefix(prefix) for name in kernels.funcs)}
     executable = tvm.compile(tvm.IRModule(funcs), target=cpu_target())
     executable.mod.write_to_file(str(path))

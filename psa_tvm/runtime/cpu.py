@@ -8,6 +8,7 @@ the compiler is installed and the default directory lacks one, it is built there
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,11 @@ def pairs_symbol(pass_: str, vec: int = 1) -> str:
     backward for ``N = 2 * NP``."""
     return (f"{FORWARD_SYMBOL}_pairs_v{vec}" if pass_ == "forward"
             else f"{BACKWARD_SYMBOL}_pairs")
+
+
+def prefetch_symbol(pass_: str) -> str:
+    """The generic kernel of ``pass_`` that prefetches each task's slice first (any ``N``)."""
+    return f"{FORWARD_SYMBOL if pass_ == 'forward' else BACKWARD_SYMBOL}_prefetch"
 
 
 def _as_words(t: Any) -> Any:
@@ -65,6 +71,9 @@ class CpuKernels:
     forward_vec_fn: Any = None  # N = NV * library.forward_vec: vector stores without a tail test
     pairs_forward_fn: Any = None  # 16-bit: on 32-bit words, N = 2 * NV * pairs_forward_vec
     pairs_backward_fn: Any = None  # 16-bit: on 32-bit words, N even
+    forward_prefetch_fn: Any = None  # the generic kernels, prefetching each slice first
+    backward_prefetch_fn: Any = None
+    prefetch_bytes: int = 0  # calls with a merged tensor of this many bytes take them (0: none)
 
     def forward(self, lo: Any, hi: Any, out5: Any, n: int) -> None:
         """``out5`` is the merged output viewed as ``[B, nh, 2, kd, N]``."""
@@ -73,6 +82,8 @@ class CpuKernels:
             self.pairs_forward_fn(*words, arg)
         elif kind == "vec":
             self.forward_vec_fn(lo, hi, out5, arg)
+        elif kind == "prefetch":
+            self.forward_prefetch_fn(lo, hi, out5, arg)
         else:
             self.forward_fn(lo, hi, out5, arg)
 
@@ -81,8 +92,18 @@ class CpuKernels:
         kind, _, arg, words = self._backward_plan(g5, d_lo, d_hi, n)
         if kind == "pairs":
             self.pairs_backward_fn(*words, arg)
+        elif kind == "prefetch":
+            self.backward_prefetch_fn(g5, d_lo, d_hi, arg)
         else:
             self.backward_fn(g5, d_lo, d_hi, arg)
+
+    def _prefetches(self, merged: Any, has_kernel: bool) -> bool:
+        """Whether a call on ``merged`` (the ``[B, nh, 2, kd, N]`` tensor) takes the prefetching
+        kernel: the library has it and the tensor reaches :attr:`prefetch_bytes`."""
+        if not has_kernel or self.prefetch_bytes <= 0:
+            return False
+        # By shape: torch tensors, numpy arrays and other DLPack producers alike.
+        return math.prod(merged.shape) * self.config.itemsize >= self.prefetch_bytes
 
     def plan_forward(self, lo: Any, hi: Any, out5: Any, n: int) -> tuple[str, str, int]:
         """``(kind, symbol, last argument)`` that :meth:`forward` would run."""
@@ -98,14 +119,16 @@ class CpuKernels:
         if pairs_vec and n % (2 * pairs_vec) == 0:
             words = _all_words((lo, hi, out5))
         vec = self.library.forward_vec if self.forward_vec_fn is not None else 1
-        return (*forward_choice(vec, pairs_vec, n, words is not None), words)
+        prefetch = self._prefetches(out5, self.forward_prefetch_fn is not None)
+        return (*forward_choice(vec, pairs_vec, n, words is not None, prefetch), words)
 
     def _backward_plan(self, g5: Any, d_lo: Any, d_hi: Any, n: int) -> tuple:
         words = None
         if self.pairs_backward_fn is not None and n % 2 == 0:
             words = _all_words((g5, d_lo, d_hi))
-        return (*backward_choice(self.pairs_backward_fn is not None, n, words is not None),
-                words)
+        prefetch = self._prefetches(g5, self.backward_prefetch_fn is not None)
+        return (*backward_choice(self.pairs_backward_fn is not None, n, words is not None,
+                                 prefetch), words)
 
 
 def _all_words(tensors: tuple) -> list | None:
@@ -113,25 +136,32 @@ def _all_words(tensors: tuple) -> list | None:
     return words if all(w is not None for w in words) else None
 
 
-def forward_choice(forward_vec: int, pairs_forward_vec: int, n: int,
-                   words: bool) -> tuple[str, str, int]:
+def forward_choice(forward_vec: int, pairs_forward_vec: int, n: int, words: bool,
+                   prefetch: bool = False) -> tuple[str, str, int]:
     """``(kind, symbol, last argument)`` of the forward kernel for ``N = n``: ``"pairs"`` (16-bit
     on 32-bit words: ``pairs_forward_vec > 0``, ``N % (2 * pairs_forward_vec) == 0`` and
     ``words``, i.e. every tensor has an ``int32`` view: 4-byte aligned data), else ``"vec"``
-    (``forward_vec > 1`` and ``N % forward_vec == 0``), else ``"generic"``. The native library's
-    CPU path makes the same choice (``plan_cpu_forward``)."""
+    (``forward_vec > 1`` and ``N % forward_vec == 0``), else ``"prefetch"`` (``prefetch``: the
+    library has the prefetching kernels and the merged tensor reaches the host's
+    ``psa_tvm_cpu_prefetch_bytes``), else ``"generic"``. The native library's CPU path makes the
+    same choice (``plan_cpu_forward``)."""
     if pairs_forward_vec and n % (2 * pairs_forward_vec) == 0 and words:
         return "pairs", pairs_symbol("forward", pairs_forward_vec), n // (2 * pairs_forward_vec)
     if forward_vec > 1 and n % forward_vec == 0:
         return "vec", forward_vec_symbol(forward_vec), n // forward_vec
+    if prefetch:
+        return "prefetch", prefetch_symbol("forward"), n
     return "generic", FORWARD_SYMBOL, n
 
 
-def backward_choice(pairs_backward: bool, n: int, words: bool) -> tuple[str, str, int]:
+def backward_choice(pairs_backward: bool, n: int, words: bool,
+                    prefetch: bool = False) -> tuple[str, str, int]:
     """As :func:`forward_choice` for the backward pass: ``"pairs"`` for even ``N`` with
-    ``int32`` views, else ``"generic"``."""
+    ``int32`` views, else ``"prefetch"``, else ``"generic"``."""
     if pairs_backward and n % 2 == 0 and words:
         return "pairs", pairs_symbol("backward"), n // 2
+    if prefetch:
+        return "prefetch", prefetch_symbol("backward"), n
     return "generic", BACKWARD_SYMBOL, n
 
 
@@ -201,9 +231,12 @@ def cpu_kernels(config: OpConfig, root: Path | None = None) -> CpuKernels:
             pairs_fwd = (module[pairs_symbol("forward", library.pairs_forward_vec)]
                          if library.pairs_forward_vec else None)
             pairs_bwd = module[pairs_symbol("backward")] if library.pairs_backward else None
-            loaded = _LOADED[key] = CpuKernels(config, library, module[FORWARD_SYMBOL],
-                                               module[BACKWARD_SYMBOL], forward_vec, pairs_fwd,
-                                               pairs_bwd)
+            prefetch = ((module[prefetch_symbol("forward")], module[prefetch_symbol("backward")])
+                        if library.prefetch else (None, None))
+            loaded = _LOADED[key] = CpuKernels(
+                config, library, module[FORWARD_SYMBOL], module[BACKWARD_SYMBOL], forward_vec,
+                pairs_fwd, pairs_bwd, *prefetch,
+                prefetch_bytes=cpu_pool.prefetch_bytes(library.path) if library.prefetch else 0)
         return loaded
 
 

@@ -122,3 +122,15 @@ def _kind(lib: ctypes.CDLL) -> str:
         return UNKNOWN
     query.restype = ctypes.c_int
     return KINDS[query()]
+
+
+def prefetch_bytes(library: str | os.PathLike) -> int:
+    """The merged-tensor size in bytes from which ``library``'s prefetching kernels run (its
+    ``psa_tvm_cpu_prefetch_bytes``, ``compiler/cpu_pool.cc``: ``$PSA_TVM_CPU_PREFETCH_BYTES``,
+    else a quarter of the host's L3); 0 (never) for a library without the query or not loaded."""
+    with _exports(library) as lib:
+        query = getattr(lib, "psa_tvm_cpu_prefetch_bytes", None) if lib is not None else None
+        if query is None:
+            return 0
+        query.argtypes, query.restype = [], ctypes.c_int64
+        return int(query())

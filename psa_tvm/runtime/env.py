@@ -19,6 +19,9 @@ Nothing else in the package reads ``os.environ``: a reader of this module sees e
 | | parallel regions on torch's GNU OpenMP threads when torch is loaded (``runtime/cpu_pool.py``); |
 | | ``0``: on the libraries' own pool (the extension, when bound, uses torch's pool anyway) |
 | ``PSA_TVM_CPU_MCPU`` | LLVM ``-mcpu`` of CPU builds (default: x86-64-v3 on x86-64) |
+| ``PSA_TVM_CPU_PREFETCH_BYTES`` | CPU calls whose merged tensor has at least this many bytes |
+| | run the kernels that prefetch each slice first (read by ``compiler/cpu_pool.cc``; default: |
+| | a quarter of the L3; ``0``: never) |
 | ``CXX`` | the C++ compiler that builds the native library (else ``g++``, then ``c++``) |
 | ``CUDA_HOME``, ``CUDA_PATH`` | CUDA roots: nvcc, headers for NVRTC and the native library |
 """

@@ -300,6 +300,7 @@ class CpuLibrarySpec:
     forward_vec: int = 1  # > 1: also a forward kernel for N % forward_vec == 0
     pairs_forward_vec: int = 0  # > 0: a 16-bit forward kernel on 32-bit words, N % (2*vec) == 0
     pairs_backward: bool = False  # a 16-bit backward kernel on 32-bit words, N even
+    prefetch: bool = False  # both generic kernels again, prefetching each slice first
 
     @classmethod
     def from_json(cls, root: Path, data: dict) -> CpuLibrarySpec:
@@ -307,7 +308,8 @@ class CpuLibrarySpec:
                    path=root / data["path"], target=data["target"],
                    definition=data["definition"], forward_vec=data.get("forward_vec", 1),
                    pairs_forward_vec=data.get("pairs_forward_vec", 0),
-                   pairs_backward=data.get("pairs_backward", False))
+                   pairs_backward=data.get("pairs_backward", False),
+                   prefetch=data.get("prefetch", False))
 
 
 @dataclass(frozen=True)

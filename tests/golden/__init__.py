@@ -142,3 +142,27 @@ def band_kernel(name: str):
     assert name.endswith("rows8") == (params.rows == 8)
     assert name.startswith("backward") == (params.pass_ == "backward")
     return band.band_pass(config, params, golden_band_path(name).stem)
+
+
+#: The CPU register-tile kernels (psa_tvm/compiler/rules/cpu_shuffle.py), hand-written TIR like
+#: the band kernels, at default params: float32 at kd 8 (8x8 square tiles, one channel block),
+#: both passes, and the forward that prefetches its slice first. (A 16-bit square tile is 16x16:
+#: 67 KB of text a pass; tests/test_cpu_exact.py checks those kernels' instructions instead.)
+#: Name -> (config, pass, prefetch).
+CPU_SHUFFLE_CASES = {"forward_float32": (OpConfig(8, 1, "float32"), "forward", False),
+                     "backward_float32": (OpConfig(8, 1, "float32"), "backward", False),
+                     "forward_float32_prefetch": (OpConfig(8, 1, "float32"), "forward", True)}
+
+
+def golden_cpu_shuffle_path(name: str) -> Path:
+    return GOLDEN_DIR / f"cpu_shuffle_{name}.tvmscript"
+
+
+def cpu_shuffle_kernel(name: str):
+    import dataclasses
+
+    from psa_tvm.compiler.cpu import SHUFFLE
+
+    config, pass_, prefetch = CPU_SHUFFLE_CASES[name]
+    params = dataclasses.replace(SHUFFLE.default_params(config), prefetch=prefetch)
+    return SHUFFLE.build(pass_, config, params, name=golden_cpu_shuffle_path(name).stem)

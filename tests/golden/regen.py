@@ -5,10 +5,13 @@ from __future__ import annotations
 from tests.golden import (
     BAND_CONFIGS,
     CASES,
+    CPU_SHUFFLE_CASES,
     PARAM_CASES,
     SHIFTED_PASSES,
     band_kernel,
+    cpu_shuffle_kernel,
     golden_band_path,
+    golden_cpu_shuffle_path,
     golden_param_path,
     golden_path,
     golden_shifted_path,
@@ -33,4 +36,8 @@ if __name__ == "__main__":
     for name in BAND_CONFIGS:
         path = golden_band_path(name)
         path.write_text(band_kernel(name).script())
+        print(f"wrote {path}")
+    for name in CPU_SHUFFLE_CASES:
+        path = golden_cpu_shuffle_path(name)
+        path.write_text(cpu_shuffle_kernel(name).script())
         print(f"wrote {path}")

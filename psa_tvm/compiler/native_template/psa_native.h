@@ -102,6 +102,8 @@ struct CpuSet {
   CpuKernel pairs_forward;      // (lo32, hi32, out32, N / (2 * pairs_forward_vec))
   bool pairs_backward_ok;       // 16-bit on int32 words, N even
   CpuKernel pairs_backward;     // (g32, d_lo32, d_hi32, N / 2)
+  CpuKernel forward_prefetch;   // forward / backward prefetching each slice first (calls whose
+  CpuKernel backward_prefetch;  // merged tensor reaches psa_tvm_cpu_prefetch_bytes())
 };
 
 struct Config {

@@ -724,7 +724,11 @@ inline ffi::Tensor Allocate(const int64_t* shape, int ndim, DLDataType dtype, DL
 // the cores by default), so the first CPU call switches to ours, as psa_tvm.runtime.cpu does.
 extern "C" int __tvm_ffi_psa_tvm_own_pool(void*, const void*, int32_t, void*);
 extern "C" int psa_tvm_pool_serial(int on);
+extern "C" int64_t psa_tvm_cpu_prefetch_bytes();
 namespace psa_native {
+// Calls whose merged tensor reaches this many bytes take the prefetching kernels (cpu_pool.cc
+// decides for both launch paths; 0: never).
+inline int64_t CpuPrefetchBytes() { return psa_tvm_cpu_prefetch_bytes(); }
 inline void UseOwnPool() {
   static std::once_flag once;
   std::call_once(once, [] { __tvm_ffi_psa_tvm_own_pool(nullptr, nullptr, 0, nullptr); });
@@ -747,6 +751,7 @@ class SerialScope {
 };
 #else
 inline void UseOwnPool() {}
+inline int64_t CpuPrefetchBytes() { return 0; }
 constexpr int64_t kSerialBytes = 0;
 struct SerialScope {
   explicit SerialScope(bool) {}
@@ -756,7 +761,9 @@ struct SerialScope {
 // The CPU kernel for a validated call: psa_tvm.runtime.cpu.forward_choice / backward_choice.
 // "pairs" (16-bit on int32 words) needs every data pointer 4-byte aligned (the int32 views of
 // the run time: same data, last dim halved) and N a multiple of 2 * pairs_forward_vec (forward)
-// or even (backward); else "vec" (forward, N % forward_vec == 0); else "generic".
+// or even (backward); else "vec" (forward, N % forward_vec == 0); else "prefetch" (the
+// generic kernel prefetching each slice first: built, and the merged tensor reaches
+// CpuPrefetchBytes() > 0); else "generic".
 struct CpuChoice {
   const CpuKernel* kernel = nullptr;
   const char* kind = "generic";
@@ -773,8 +780,11 @@ inline const CpuSet& CpuKernelsOf(const Config& c) {
   return *c.cpu;
 }
 
-inline CpuChoice ChooseCpu(const CpuSet& s, int pass, const Dims& d, const uintptr_t* ptrs) {
+inline CpuChoice ChooseCpu(const CpuSet& s, int pass, const Dims& d, const uintptr_t* ptrs,
+                           int64_t itemsize) {
   const int roles[2][3] = {{kLo, kHi, kOut}, {kG, kDlo, kDhi}};
+  const int64_t threshold = CpuPrefetchBytes();
+  const bool prefetch = threshold > 0 && d.merged_numel * itemsize >= threshold;
   bool aligned = d.key_dim % 2 == 0;
   for (int r : roles[pass]) aligned = aligned && ptrs[r] % 4 == 0;
   CpuChoice ch;
@@ -785,12 +795,16 @@ inline CpuChoice ChooseCpu(const CpuSet& s, int pass, const Dims& d, const uintp
     } else if (s.forward_vec_kernel.fn != nullptr && s.forward_vec > 1 &&
                d.n % s.forward_vec == 0) {
       ch.kernel = &s.forward_vec_kernel, ch.kind = "vec", ch.arg = d.n / s.forward_vec;
+    } else if (prefetch && s.forward_prefetch.fn != nullptr) {
+      ch.kernel = &s.forward_prefetch, ch.kind = "prefetch", ch.arg = d.n;
     } else {
       ch.kernel = &s.forward, ch.arg = d.n;
     }
   } else {
     if (s.pairs_backward_ok && s.pairs_backward.fn != nullptr && d.n % 2 == 0 && aligned) {
       ch.kernel = &s.pairs_backward, ch.kind = "pairs", ch.words = true, ch.arg = d.n / 2;
+    } else if (prefetch && s.backward_prefetch.fn != nullptr) {
+      ch.kernel = &s.backward_prefetch, ch.kind = "prefetch", ch.arg = d.n;
     } else {
       ch.kernel = &s.backward, ch.arg = d.n;
     }
@@ -799,7 +813,7 @@ inline CpuChoice ChooseCpu(const CpuSet& s, int pass, const Dims& d, const uintp
 }
 
 inline void RunCpu(const Config& c, int pass, const Dims& d, const uintptr_t* ptrs) {
-  const CpuChoice ch = ChooseCpu(CpuKernelsOf(c), pass, d, ptrs);
+  const CpuChoice ch = ChooseCpu(CpuKernelsOf(c), pass, d, ptrs, c.dtype_bits / 8);
   // The kernels' views: [B*nh, N, kd] and [B, nh, 2, kd, N]; as int32 words the last dims
   // are halved (kd / 2 and N / 2), the data the same.
   const int64_t w = ch.words ? 2 : 1;
@@ -1116,12 +1130,12 @@ inline ffi::Array<ffi::Any> PlanBackward(DLTensor* g_v, DLTensor* dlo_v,
 }
 
 // plan_cpu_forward(lo, hi, out) / plan_cpu_backward(d_merged, d_lo, d_hi): the CPU kernel a
-// call would run, without running it: [kind ("pairs", "vec", "generic"), the run time's
-// symbol (psa_tvm.runtime.cpu), its last argument]. The tensors' device is not checked (the
+// call would run, without running it: [kind ("pairs", "vec", "prefetch", "generic"), the run
+// time's symbol (psa_tvm.runtime.cpu), its last argument]. The tensors' device is not checked (the
 // choice depends on shapes and alignment only).
 inline ffi::Array<ffi::Any> ReportCpu(const CheckedPlan& p, int pass) {
   const Config* c = FindConfig(p.d, p.first.t->dtype, true);
-  const CpuChoice ch = ChooseCpu(CpuKernelsOf(*c), pass, p.d, p.ptrs);
+  const CpuChoice ch = ChooseCpu(CpuKernelsOf(*c), pass, p.d, p.ptrs, c->dtype_bits / 8);
   ffi::Array<ffi::Any> out;
   out.push_back(ffi::String(ch.kind));
   out.push_back(ffi::String(ch.kernel->symbol));

@@ -42,6 +42,15 @@ legalization would otherwise rewrite the values but not the types of the bound v
 
 Needs ``kd % E == 0`` (:meth:`CpuShuffle.supports`); ``kd`` not a multiple of ``lanes`` uses
 16-byte vectors (one lane). The parallel loop is the fused ``(b, h, s)`` loop, as in ``cpu``.
+
+Past the caches: a tile reads (backward) or writes (forward) ``kd`` rows of the merged tensor
+at once, ``kd`` streams that the hardware prefetchers follow poorly, so once the tensors no
+longer stay in the caches between calls every access waits on L3 or DRAM (2-3x a ``copy_``,
+up to 6x at L3-resident 16-bit sizes on the 2-core guest). The ``prefetch`` kernels therefore
+have each task first prefetch its whole slice of the merged tensor (``kd * N`` contiguous
+elements) line by line in address order, for writing in the forward, and transpose it from L2.
+Where the tensors do stay in the caches that only costs, so the run time picks them by the
+call's size against the host's L3 (docs/perf.md v31).
 """
 
 from __future__ import annotations
@@ -75,6 +84,14 @@ class CpuShuffleParams:
     16-byte stores) at ``N - E`` where they fit in one, instead of a whole square tile at
     ``N - lanes``; the full tiles at ``0, lanes, 2 * lanes ...``. On by default for 16-bit types
     (:meth:`CpuShuffle.default_params`)."""
+    prefetch: bool = False
+    """Each task first prefetches its slice of the merged tensor (``kd * N`` contiguous
+    elements), one instruction per 64-byte line in address order, for writing in the forward,
+    then transposes it from L2. The library builds both and the run time picks this one for
+    calls past the caches (``psa_tvm_cpu_prefetch_bytes`` in ``compiler/cpu_pool.cc``)."""
+    prefetch_slice_bytes: int = 1 << 20
+    """... only where a slice is at most this many bytes, so that the lines prefetched first are
+    still in L2 when the transpose reaches them."""
 
 
 def _i32(value: int) -> tirx.IntImm:
@@ -155,6 +172,8 @@ class CpuShuffle:
     def check_params(self, config: OpConfig, params: CpuShuffleParams) -> None:
         if params.vector_bytes not in (16, 32):
             raise ValueError(f"cpu_shuffle params {params}: vector_bytes must be 16 or 32")
+        if params.prefetch_slice_bytes < 0:
+            raise ValueError(f"cpu_shuffle params {params}: prefetch_slice_bytes must be >= 0")
         if not self.supports(config):
             raise ValueError(f"cpu_shuffle cannot build {config}: key_dim={config.key_dim} is "
                              f"not a multiple of {self.lane_elems(config)}")
@@ -213,6 +232,8 @@ class CpuShuffle:
             with T.parallel(_i64(0), batch * nh * 2) as task:
                 row = task // 2
                 b, h, s = row // nh, row % nh, task % 2
+                if params.prefetch:
+                    self._prefetch_slice(forward, merged, task, batch, n_total, config, params)
                 for side, half in enumerate((lo, hi)):
                     with T.If(s == side), T.Then(), T.If(n_total >= tile_n):
                         with T.Then():
@@ -222,6 +243,33 @@ class CpuShuffle:
                         with T.Else():  # N < tile_n: a few positions, one element at a time
                             self._scalar(forward, half, merged, row, b, h, s, n_total, kd)
         return builder.get()
+
+    @staticmethod
+    def _prefetch_slice(forward, merged, task, batch, n_total, config: OpConfig,
+                        params: CpuShuffleParams) -> None:
+        """Where a slice fits in L2 (``prefetch_slice_bytes``): ``llvm.prefetch`` of every
+        64-byte line of the task's slice ``merged[b, h, s]`` (``kd * N`` contiguous elements, the
+        ``task``-th), in address order.
+
+        Why: the transpose walks ``kd`` rows of the slice at once (reads backward, writes
+        forward), ``kd`` streams at a time that the hardware prefetchers follow poorly once the
+        data comes from L3 or DRAM, and every access then waits on it. One pass of prefetches in
+        address order brings the slice in at close to copy speed first (docs/perf.md v31)."""
+        kd, itemsize = config.key_dim, config.itemsize
+        line = 64 // itemsize
+        slice_elems = n_total * kd
+        output_elems = batch * (config.num_heads * 2) * slice_elems
+        base = task * slice_elems
+        with T.If(slice_elems <= _i64(params.prefetch_slice_bytes // itemsize)), T.Then():
+            # An integer view of the same memory: only addresses are taken (16-bit floats as
+            # integers, as everywhere in this rule).
+            flat = T.decl_buffer((output_elems,), f"int{8 * itemsize}", data=merged.data)
+            with T.serial(_i64(0), (slice_elems + (line - 1)) // line) as k:
+                # llvm.prefetch(address, rw: 1 write / 0 read, locality 3: keep in all levels,
+                # cache type 1: data)
+                T.evaluate(T.call_llvm_intrin("void", "llvm.prefetch",
+                                              T.address_of(flat[base + k * line]),
+                                              _i32(1 if forward else 0), _i32(3), _i32(1)))
 
     @staticmethod
     def _scalar(forward, half, merged, row, b, h, s, n_total, kd) -> None:
