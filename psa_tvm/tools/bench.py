@@ -388,9 +388,12 @@ def cpu_shapes(quick: bool = False) -> list[Shape]:
     return [s for s in shapes if s.batch == 16] if quick else shapes
 
 
+#: Interleaved rounds of the CPU section (each: the copy, then every impl).
+CPU_ROUNDS = 5
+
+
 def _wall_us(fn, reps: int) -> float:
     """Median wall time of ``fn`` (synchronous on the CPU) in microseconds."""
-    import statistics
     import time
 
     for _ in range(3):
@@ -440,16 +443,22 @@ def time_cpu_shape(shape: Shape, dtype_name: str, reps: int) -> list[dict]:
     moved = 2 * shape.merged_bytes(dtype_name)
     records = []
     for pass_, fns in impls.items():
-        # Interleaved rounds, best of each: the machine may be shared.
+        # Interleaved rounds: the machine may be shared, and its memory bandwidth moves within
+        # seconds. Each round times the copy and then every impl, and a ratio is taken within
+        # the round; the row's ratio is the median of those (a best time of each side may come
+        # from different spells: docs/perf.md v31). Times are the best round's.
         times: dict[str, float] = {}
-        for _ in range(3):
+        ratios: dict[str, list[float]] = {name: [] for name in fns}
+        for _ in range(CPU_ROUNDS):
+            copy_us = _wall_us(fns["copy"], reps)
             for name, fn in fns.items():
-                us = _wall_us(fn, reps)
+                us = copy_us if name == "copy" else _wall_us(fn, reps)
                 times[name] = min(us, times.get(name, us))
+                ratios[name].append(us / copy_us)
         for name, us in times.items():
             records.append({**asdict(shape), "n": shape.n, "dtype": dtype_name, "pass": pass_,
                             "impl": name, "us": round(us, 2), "bytes_moved": moved,
-                            "ratio_to_copy": round(us / times["copy"], 3)})
+                            "ratio_to_copy": round(statistics.median(ratios[name]), 3)})
         print(f"cpu {dtype_name:8s} {pass_:8s} {shape.label:12s} "
               + "  ".join(f"{k}={v:9.1f}" for k, v in times.items()), flush=True)
     return records
@@ -553,9 +562,10 @@ def _write(out: Path, meta: dict, records: list[dict], cpu_records: list[dict],
             print(f"no plot: {err}", file=sys.stderr)
     if cpu_records:
         parts += [f"CPU ({meta.get('cpu', '?')}, {meta.get('cpu_threads')} threads, parallel "
-                  f"regions on: {meta.get('cpu_launcher', '?')}), best of 3 "
-                  "interleaved rounds of the median wall time, [time / copy_ time]; psa-tvm "
-                  "writes into preallocated outputs, eager allocates:",
+                  f"regions on: {meta.get('cpu_launcher', '?')}): times are the best of "
+                  f"{CPU_ROUNDS} interleaved rounds of the median wall time, [x copy] the "
+                  "median over the rounds of time / that round's copy_ time; psa-tvm writes "
+                  "into preallocated outputs, eager allocates:",
                   cpu_markdown(cpu_records)]
     text = "\n\n".join(parts) + "\n"
     (out / "bench.md").write_text(text)
