@@ -647,3 +647,6 @@ def test_cpu_section_ratio_is_the_median_of_per_round_ratios(monkeypatch):
     # per-round ratios 1.2, 2.8, 3.0, 1.3, 1.1: median 1.3 (best over best would say 2.2)
     assert forward["psa_tvm"]["ratio_to_copy"] == 1.3
     assert forward["copy"]["ratio_to_copy"] == 1.0
+    # a call this small stays in the caches: the plain kernel, named in the record and table
+    assert forward["psa_tvm"]["kernel"] == "generic"
+    assert "| generic |" in bench.cpu_markdown(records)

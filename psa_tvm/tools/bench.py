@@ -441,6 +441,7 @@ def time_cpu_shape(shape: Shape, dtype_name: str, reps: int) -> list[dict]:
                                                                d_hi=out_hi)},
     }
     moved = 2 * shape.merged_bytes(dtype_name)
+    kernels = _cpu_kernel_kinds(shape, dtype_name, lo, hi, out, grad, out_lo, out_hi)
     records = []
     for pass_, fns in impls.items():
         # Interleaved rounds: the machine may be shared, and its memory bandwidth moves within
@@ -458,10 +459,23 @@ def time_cpu_shape(shape: Shape, dtype_name: str, reps: int) -> list[dict]:
         for name, us in times.items():
             records.append({**asdict(shape), "n": shape.n, "dtype": dtype_name, "pass": pass_,
                             "impl": name, "us": round(us, 2), "bytes_moved": moved,
-                            "ratio_to_copy": round(statistics.median(ratios[name]), 3)})
+                            "ratio_to_copy": round(statistics.median(ratios[name]), 3),
+                            **({"kernel": kernels[pass_]} if name == "psa_tvm" else {})})
         print(f"cpu {dtype_name:8s} {pass_:8s} {shape.label:12s} "
               + "  ".join(f"{k}={v:9.1f}" for k, v in times.items()), flush=True)
     return records
+
+
+def _cpu_kernel_kinds(shape: Shape, dtype_name: str, lo, hi, out, grad, d_lo,
+                      d_hi) -> dict[str, str]:
+    """Which CPU kernel each pass of these calls runs (``generic``, ``prefetch``, ``vec``,
+    ``pairs``: psa_tvm.runtime.cpu's choice, which the native library makes alike)."""
+    from psa_tvm.runtime.cpu import cpu_kernels
+
+    kernels = cpu_kernels(OpConfig(shape.key_dim, shape.num_heads, dtype_name))
+    view = (shape.batch, shape.num_heads, 2, shape.key_dim, shape.n)
+    return {"forward": kernels.plan_forward(lo, hi, out.view(view), shape.n)[0],
+            "backward": kernels.plan_backward(grad.view(view), d_lo, d_hi, shape.n)[0]}
 
 
 def cpu_launcher(dtypes: list[str]) -> str:
@@ -482,7 +496,7 @@ def cpu_launcher(dtypes: list[str]) -> str:
 
 def cpu_markdown(records: list[dict]) -> str:
     lines = ["| dtype | pass | shape | MB moved | copy_ us | eager us [x copy] | "
-             "psa-tvm us [x copy] |", "|---|---|---|---|---|---|---|"]
+             "psa-tvm us [x copy] | psa-tvm kernel |", "|---|---|---|---|---|---|---|---|"]
     rows: dict[tuple, dict] = {}
     for r in records:
         rows.setdefault((r["dtype"], r["pass"], r["label"]), {})[r["impl"]] = r
@@ -490,7 +504,8 @@ def cpu_markdown(records: list[dict]) -> str:
         lines.append(f"| {dtype} | {pass_} | {label} | {by['copy']['bytes_moved'] / 1e6:.1f} | "
                      f"{by['copy']['us']:.0f} | {by['eager']['us']:.0f} "
                      f"[{by['eager']['ratio_to_copy']:.2f}] | {by['psa_tvm']['us']:.0f} "
-                     f"[{by['psa_tvm']['ratio_to_copy']:.2f}] |")
+                     f"[{by['psa_tvm']['ratio_to_copy']:.2f}] | "
+                     f"{by['psa_tvm'].get('kernel', '?')} |")
     return "\n".join(lines)
 
 
