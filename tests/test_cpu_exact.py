@@ -337,20 +337,29 @@ def test_shuffle_kernels_are_shuffles_and_unaligned_moves(dtype):
 def test_every_shuffle_tile_shape_is_exact(dtype):
     """Both tile shapes (square, lane) and 16-byte vectors, compiled from the rule directly (the
     library builds the default only): every N around their tiles, poisoned outputs."""
-    import tvm
 
-    from psa_tvm.compiler.cpu import cpu_target
     from psa_tvm.compiler.rules.cpu_shuffle import CpuShuffle, CpuShuffleParams
     from psa_tvm.config import OpConfig
 
     rule, config = CpuShuffle(), OpConfig(32, 2, dtype)
     variants = {"square": CpuShuffleParams(32, True), "lane": CpuShuffleParams(32, False),
                 "xmm": CpuShuffleParams(16, False)}
+    _check_rule_variants(rule, config, variants, (1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 33, 300))
+
+
+def _check_rule_variants(rule, config, variants: dict, ns) -> None:
+    """Build both passes of each ``cpu_shuffle`` params variant (kd 32, nh 2) into one module
+    and check them bit-exact at every ``N`` in ``ns``: B = 2, inputs one element off alignment,
+    poisoned outputs with canaries."""
+    import tvm
+
+    from psa_tvm.compiler.cpu import cpu_target
+
     funcs = {f"{name}_{pass_}": rule.build(pass_, config, params, name=f"{name}_{pass_}")
              for name, params in variants.items() for pass_ in ("forward", "backward")}
     module = tvm.compile(tvm.IRModule(funcs), target=cpu_target()).mod
-    torch_dtype = DTYPES[dtype]
-    for n in (1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 33, 300):
+    torch_dtype = DTYPES[config.dtype]
+    for n in ns:
         shape = half_shape(2, 2, 1, n, 32)
         lo, hi = _misaligned(shape, torch_dtype, n), _misaligned(shape, torch_dtype, n + 1)
         expected = reference.merge(lo, hi, 2, 1, n)
@@ -408,32 +417,14 @@ def test_prefetching_kernels_are_exact(dtype):
     off alignment, poisoned outputs with canaries."""
     import dataclasses
 
-    import tvm
-
-    from psa_tvm.compiler.cpu import SHUFFLE, cpu_target
+    from psa_tvm.compiler.cpu import SHUFFLE
     from psa_tvm.config import OpConfig
 
     config = OpConfig(32, 2, dtype)
     default = SHUFFLE.default_params(config)
     variants = {"always": dataclasses.replace(default, prefetch=True),
                 "capped": dataclasses.replace(default, prefetch=True, prefetch_slice_bytes=64)}
-    funcs = {f"{name}_{pass_}": SHUFFLE.build(pass_, config, params, name=f"{name}_{pass_}")
-             for name, params in variants.items() for pass_ in ("forward", "backward")}
-    module = tvm.compile(tvm.IRModule(funcs), target=cpu_target()).mod
-    torch_dtype = DTYPES[dtype]
-    for n in (1, 7, 8, 9, 15, 16, 17, 33, 300, 1073):
-        shape = half_shape(2, 2, 1, n, 32)
-        lo, hi = _misaligned(shape, torch_dtype, n), _misaligned(shape, torch_dtype, n + 1)
-        expected = reference.merge(lo, hi, 2, 1, n)
-        for name in variants:
-            out = poisoned(expected.shape, torch_dtype, "cpu", 1)
-            module[f"{name}_forward"](lo, hi, out.tensor.view(2, 2, 2, 32, n), n)
-            assert bitwise_equal(out.tensor, expected) and out.canaries_intact(), (name, n)
-            d_lo = poisoned(shape, torch_dtype, "cpu", 1)
-            d_hi = poisoned(shape, torch_dtype, "cpu", 1)
-            module[f"{name}_backward"](expected.view(2, 2, 2, 32, n), d_lo.tensor, d_hi.tensor, n)
-            assert bitwise_equal(d_lo.tensor, lo) and bitwise_equal(d_hi.tensor, hi), (name, n)
-            assert d_lo.canaries_intact() and d_hi.canaries_intact(), (name, n)
+    _check_rule_variants(SHUFFLE, config, variants, (1, 7, 8, 9, 15, 16, 17, 33, 300, 1073))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
