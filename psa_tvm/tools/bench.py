@@ -433,21 +433,23 @@ def time_cpu_shape(shape: Shape, dtype_name: str, reps: int) -> list[dict]:
     out, out_lo, out_hi = torch.empty_like(grad), torch.empty_like(lo), torch.empty_like(hi)
     impls = {
         "forward": {"copy": lambda: dst.copy_(src),
-                    "eager": lambda: reference.merge(lo, hi, nh, h, w),
-                    "psa_tvm": lambda: psa_tvm.merge(lo, hi, nh, h, w, out=out)},
+                    "psa_tvm": lambda: psa_tvm.merge(lo, hi, nh, h, w, out=out),
+                    "eager": lambda: reference.merge(lo, hi, nh, h, w)},
         "backward": {"copy": lambda: dst.copy_(src),
-                     "eager": lambda: reference.merge_backward(grad, nh, kd),
                      "psa_tvm": lambda: psa_tvm.merge_backward(grad, nh, kd, d_lo=out_lo,
-                                                               d_hi=out_hi)},
+                                                               d_hi=out_hi),
+                     "eager": lambda: reference.merge_backward(grad, nh, kd)},
     }
     moved = 2 * shape.merged_bytes(dtype_name)
     kernels = _cpu_kernel_kinds(shape, dtype_name, lo, hi, out, grad, out_lo, out_hi)
     records = []
     for pass_, fns in impls.items():
         # Interleaved rounds: the machine may be shared, and its memory bandwidth moves within
-        # seconds. Each round times the copy and then every impl, and a ratio is taken within
-        # the round; the row's ratio is the median of those (a best time of each side may come
-        # from different spells: docs/perf.md v31). Times are the best round's.
+        # seconds. Each round times the copy and then every impl, psa-tvm right after the copy
+        # (eager's allocating calls in between moved its ratio by up to 2x on a 16-core Xeon),
+        # and a ratio is taken within the round; the row's ratio is the median of those (a best
+        # time of each side may come from different spells: docs/perf.md v31). Times are the
+        # best round's.
         times: dict[str, float] = {}
         ratios: dict[str, list[float]] = {name: [] for name in fns}
         for _ in range(CPU_ROUNDS):
