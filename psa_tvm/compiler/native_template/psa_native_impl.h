@@ -780,11 +780,11 @@ inline const CpuSet& CpuKernelsOf(const Config& c) {
   return *c.cpu;
 }
 
-inline CpuChoice ChooseCpu(const CpuSet& s, int pass, const Dims& d, const uintptr_t* ptrs,
-                           int64_t itemsize) {
+inline CpuChoice ChooseCpu(const Config& c, int pass, const Dims& d, const uintptr_t* ptrs) {
+  const CpuSet& s = CpuKernelsOf(c);
   const int roles[2][3] = {{kLo, kHi, kOut}, {kG, kDlo, kDhi}};
   const int64_t threshold = CpuPrefetchBytes();
-  const bool prefetch = threshold > 0 && d.merged_numel * itemsize >= threshold;
+  const bool prefetch = threshold > 0 && d.merged_numel * (c.dtype_bits / 8) >= threshold;
   bool aligned = d.key_dim % 2 == 0;
   for (int r : roles[pass]) aligned = aligned && ptrs[r] % 4 == 0;
   CpuChoice ch;
@@ -813,7 +813,7 @@ inline CpuChoice ChooseCpu(const CpuSet& s, int pass, const Dims& d, const uintp
 }
 
 inline void RunCpu(const Config& c, int pass, const Dims& d, const uintptr_t* ptrs) {
-  const CpuChoice ch = ChooseCpu(CpuKernelsOf(c), pass, d, ptrs, c.dtype_bits / 8);
+  const CpuChoice ch = ChooseCpu(c, pass, d, ptrs);
   // The kernels' views: [B*nh, N, kd] and [B, nh, 2, kd, N]; as int32 words the last dims
   // are halved (kd / 2 and N / 2), the data the same.
   const int64_t w = ch.words ? 2 : 1;
@@ -1135,7 +1135,7 @@ inline ffi::Array<ffi::Any> PlanBackward(DLTensor* g_v, DLTensor* dlo_v,
 // choice depends on shapes and alignment only).
 inline ffi::Array<ffi::Any> ReportCpu(const CheckedPlan& p, int pass) {
   const Config* c = FindConfig(p.d, p.first.t->dtype, true);
-  const CpuChoice ch = ChooseCpu(CpuKernelsOf(*c), pass, p.d, p.ptrs, c->dtype_bits / 8);
+  const CpuChoice ch = ChooseCpu(*c, pass, p.d, p.ptrs);
   ffi::Array<ffi::Any> out;
   out.push_back(ffi::String(ch.kind));
   out.push_back(ffi::String(ch.kernel->symbol));
