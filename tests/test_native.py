@@ -344,6 +344,58 @@ def test_prefetch_kernels_chosen_alike_and_exact_past_the_threshold(art):
         f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}")
 
 
+# A malformed threshold: both launch paths refuse it before any launch (own process: the
+# library reads the variable once).
+_BAD_PREFETCH_SCRIPT = r"""
+import sys
+from pathlib import Path
+
+import torch
+
+from psa_tvm import reference
+from psa_tvm.config import OpConfig
+from psa_tvm.runtime import native as native_rt
+from psa_tvm.runtime.cpu import cpu_kernels
+from tests.helpers import inputs, poisoned
+
+art, kd, nh = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+lib = native_rt.load(art)
+lo = inputs((nh, 33, kd), torch.float32, "cpu", 1)
+hi = inputs((nh, 33, kd), torch.float32, "cpu", 2)
+out = poisoned(reference.merge(lo, hi, nh, 1, 33).shape, torch.float32, "cpu", 1)
+before = out.tensor.clone()
+messages = []
+for call in (lambda: lib.merge_forward(lo, hi, out.tensor),
+             lambda: cpu_kernels(OpConfig(kd, nh, "float32"), art)):
+    try:
+        call()
+    except ValueError as error:
+        messages.append(str(error))
+    else:
+        raise SystemExit("no error")
+assert torch.equal(out.tensor.view(torch.int32), before.view(torch.int32))
+assert out.canaries_intact()
+for message in messages:
+    assert "PSA_TVM_CPU_PREFETCH_BYTES" in message and "8M" in message, message
+    assert "whole number of bytes" in message, message
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("value", ["8M", "-1", " 8", "99999999999999999999"])
+def test_malformed_prefetch_threshold_is_an_error_in_both_launch_paths(art, value):
+    """``PSA_TVM_CPU_PREFETCH_BYTES`` that is not digits only (or overflows) is a ValueError
+    naming the variable and its value, from the native library's C++ path and from
+    psa_tvm.runtime.cpu alike, with the output untouched; not a silent fallback to the L3
+    default."""
+    script = _BAD_PREFETCH_SCRIPT.replace('"8M" in message', f"{value!r} in message")
+    env = {**os.environ, "PSA_TVM_CPU_PREFETCH_BYTES": value, "PSA_TVM_ARTIFACTS": str(art)}
+    proc = subprocess.run([sys.executable, "-c", script, str(art), str(KD), str(NH)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (
+        f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}")
+
+
 def test_prefetch_threshold_is_a_quarter_of_the_l3(art, lib):
     """By default the prefetching kernels start at a quarter of cpu0's L3 (sysfs), in both
     launch paths; below it the plain kernels run."""

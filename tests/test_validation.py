@@ -480,3 +480,23 @@ def test_tensors_on_different_gpus_are_refused_before_any_launch(tiled, monkeypa
     rejected(lambda: tiled.launch_backward(_on_gpu(P_OUT, merged, 1), lo,
                                            _on_gpu(P_HI, shape, 1)),
              ValueError, "d_lo", "cuda:1", "cuda:0")
+
+
+@pytest.mark.parametrize("value", ["8M", "-1", " 8", "1e6", "８", "0x10"])
+def test_malformed_cpu_prefetch_bytes_names_the_variable(monkeypatch, value):
+    """``PSA_TVM_CPU_PREFETCH_BYTES`` takes digits only; anything else is a ValueError naming
+    the variable and the value (the libraries' C++ reading refuses the same values:
+    tests/test_native.py)."""
+    from psa_tvm.runtime import env
+
+    monkeypatch.setenv("PSA_TVM_CPU_PREFETCH_BYTES", value)
+    with pytest.raises(ValueError, match=r"PSA_TVM_CPU_PREFETCH_BYTES=.*whole number of bytes"):
+        env.cpu_prefetch_bytes()
+
+
+@pytest.mark.parametrize(("value", "expected"), [("", None), ("0", 0), ("8388608", 8 << 20)])
+def test_cpu_prefetch_bytes_reads_whole_numbers(monkeypatch, value, expected):
+    from psa_tvm.runtime import env
+
+    monkeypatch.setenv("PSA_TVM_CPU_PREFETCH_BYTES", value)
+    assert env.cpu_prefetch_bytes() == expected

@@ -5,6 +5,7 @@
 // Where torch is loaded the regions can run on torch's threads instead: an external launcher
 // (below: psa_tvm_set_parallel_launcher, psa_tvm_use_gomp) takes the pool's place.
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,7 +272,10 @@ extern "C" __attribute__((visibility("default"))) int psa_tvm_use_gomp(const cha
 // ------------------------------------------------------------------ slice prefetch threshold
 // `psa_tvm_cpu_prefetch_bytes()`: calls whose merged tensor has at least this many bytes run
 // the CPU kernels that prefetch their slice first (psa_tvm/compiler/rules/cpu_shuffle.py); 0:
-// never. `PSA_TVM_CPU_PREFETCH_BYTES` when set (>= 0), else a quarter of the L3 that cpu0 shares
+// never; -1: `PSA_TVM_CPU_PREFETCH_BYTES` is set but not a whole number of bytes (digits only),
+// which both launch paths report as a ValueError naming the variable before any launch, rather
+// than fall back to a default the user did not ask for. The variable when set, else a quarter
+// of the L3 that cpu0 shares
 // (Linux sysfs): the size from which the tensors of back-to-back calls stop staying in the
 // caches. Measured (docs/perf.md v31): on a 32 MB L3 guest (8 MB) the prefetch takes 8.8-26 MB
 // calls from 2-6x a copy to 1.7-2.6x; on a 300 MB L3 Xeon (75 MB) the same calls sit in L3,
@@ -305,12 +309,15 @@ int64_t CacheLevelBytes(int level) {
 
 int64_t ComputePrefetchBytes() {
   const char* value = getenv("PSA_TVM_CPU_PREFETCH_BYTES");
-  if (value != nullptr && *value != '\0') {
-    char* end = nullptr;
-    const long long parsed = strtoll(value, &end, 10);
-    if (end != value && *end == '\0' && parsed >= 0) return static_cast<int64_t>(parsed);
+  if (value == nullptr || *value == '\0') return CacheLevelBytes(3) / 4;
+  // Digits only (as psa_tvm.runtime.env reads it): strtoll alone would take "8M" as 8, " 8"
+  // and "+8" as 8, and clamp an overflow.
+  for (const char* c = value; *c != '\0'; ++c) {
+    if (*c < '0' || *c > '9') return -1;
   }
-  return CacheLevelBytes(3) / 4;
+  errno = 0;
+  const long long parsed = strtoll(value, nullptr, 10);
+  return errno == ERANGE ? -1 : static_cast<int64_t>(parsed);
 }
 }  // namespace
 

@@ -127,10 +127,15 @@ def _kind(lib: ctypes.CDLL) -> str:
 def prefetch_bytes(library: str | os.PathLike) -> int:
     """The merged-tensor size in bytes from which ``library``'s prefetching kernels run (its
     ``psa_tvm_cpu_prefetch_bytes``, ``compiler/cpu_pool.cc``: ``$PSA_TVM_CPU_PREFETCH_BYTES``,
-    else a quarter of the host's L3); 0 (never) for a library without the query or not loaded."""
+    else a quarter of the host's L3); 0 (never) for a library without the query or not loaded.
+    A malformed variable raises ``ValueError`` (:func:`psa_tvm.runtime.env.cpu_prefetch_bytes`)."""
+    env.cpu_prefetch_bytes()  # the Python reading first: the same rule, a Python traceback
     with _exports(library) as lib:
         query = getattr(lib, "psa_tvm_cpu_prefetch_bytes", None) if lib is not None else None
         if query is None:
             return 0
         query.argtypes, query.restype = [], ctypes.c_int64
-        return int(query())
+        bytes_ = int(query())
+        if bytes_ < 0:  # the library read a malformed $PSA_TVM_CPU_PREFETCH_BYTES
+            raise env.cpu_prefetch_bytes_error(os.environ.get(env.CPU_PREFETCH_BYTES, ""))
+        return bytes_

@@ -21,7 +21,7 @@ Nothing else in the package reads ``os.environ``: a reader of this module sees e
 | ``PSA_TVM_CPU_MCPU`` | LLVM ``-mcpu`` of CPU builds (default: x86-64-v3 on x86-64) |
 | ``PSA_TVM_CPU_PREFETCH_BYTES`` | CPU calls whose merged tensor has at least this many bytes |
 | | run the kernels that prefetch each slice first (read by ``compiler/cpu_pool.cc``; default: |
-| | a quarter of the L3; ``0``: never) |
+| | a quarter of the L3; ``0``: never; digits only, else a ``ValueError`` before any launch) |
 | ``CXX`` | the C++ compiler that builds the native library (else ``g++``, then ``c++``) |
 | ``CUDA_HOME``, ``CUDA_PATH`` | CUDA roots: nvcc, headers for NVRTC and the native library |
 """
@@ -120,3 +120,27 @@ def set_cpu_threads(threads: int) -> None:
     """Threads of the CPU libraries' pool (read once, when the first library loads; the pool
     itself is C++ and reads ``PSA_TVM_CPU_THREADS`` from the environment)."""
     os.environ["PSA_TVM_CPU_THREADS"] = str(threads)
+
+
+CPU_PREFETCH_BYTES = "PSA_TVM_CPU_PREFETCH_BYTES"
+
+
+def cpu_prefetch_bytes_error(value: str) -> ValueError:
+    """The error for a ``$PSA_TVM_CPU_PREFETCH_BYTES`` that is not a whole number of bytes (the
+    native library's C++ path reports the same in its own words)."""
+    return ValueError(f"{CPU_PREFETCH_BYTES}={value!r}: expected a whole number of bytes "
+                      "(digits only, e.g. 8388608; 0: never prefetch), or unset for a quarter "
+                      "of the L3")
+
+
+def cpu_prefetch_bytes() -> int | None:
+    """``$PSA_TVM_CPU_PREFETCH_BYTES`` as a number of bytes; None when unset or empty (the
+    default, a quarter of the L3, comes from ``compiler/cpu_pool.cc``, which reads the variable
+    itself). Anything but digits raises :func:`cpu_prefetch_bytes_error`, before any launch:
+    a threshold the user set and the run time ignored would change which kernels run."""
+    value = os.environ.get(CPU_PREFETCH_BYTES, "")
+    if not value:
+        return None
+    if not value.isascii() or not value.isdigit():
+        raise cpu_prefetch_bytes_error(value)
+    return int(value)

@@ -727,7 +727,7 @@ extern "C" int psa_tvm_pool_serial(int on);
 extern "C" int64_t psa_tvm_cpu_prefetch_bytes();
 namespace psa_native {
 // Calls whose merged tensor reaches this many bytes take the prefetching kernels (cpu_pool.cc
-// decides for both launch paths; 0: never).
+// decides for both launch paths; 0: never; -1: the variable is malformed, ChooseCpu throws).
 inline int64_t CpuPrefetchBytes() { return psa_tvm_cpu_prefetch_bytes(); }
 inline void UseOwnPool() {
   static std::once_flag once;
@@ -784,6 +784,12 @@ inline CpuChoice ChooseCpu(const Config& c, int pass, const Dims& d, const uintp
   const CpuSet& s = CpuKernelsOf(c);
   const int roles[2][3] = {{kLo, kHi, kOut}, {kG, kDlo, kDhi}};
   const int64_t threshold = CpuPrefetchBytes();
+  if (threshold < 0) {  // cpu_pool.cc: the variable is set and not a whole number of bytes
+    const char* value = std::getenv("PSA_TVM_CPU_PREFETCH_BYTES");
+    TVM_FFI_THROW(ValueError) << "PSA_TVM_CPU_PREFETCH_BYTES='" << (value ? value : "")
+                              << "': expected a whole number of bytes (digits only, e.g. "
+                                 "8388608; 0: never prefetch), or unset for a quarter of the L3";
+  }
   const bool prefetch = threshold > 0 && d.merged_numel * (c.dtype_bits / 8) >= threshold;
   bool aligned = d.key_dim % 2 == 0;
   for (int r : roles[pass]) aligned = aligned && ptrs[r] % 4 == 0;
