@@ -404,6 +404,58 @@ def test_square_forward_lane_tail_on_and_off_is_exact(dtype):
             assert out.canaries_intact(), (name, n)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_forward_halves_joined_at_the_loads_are_exact(dtype):
+    """``joined_loads`` (the 16-bit default) on and off, with and without the lane tail and the
+    slice prefetch: every N around the tiles, 1073, 300; both passes (the backward ignores
+    it); inputs one element off alignment, poisoned outputs with canaries."""
+    import dataclasses
+
+    from psa_tvm.compiler.cpu import SHUFFLE
+    from psa_tvm.config import OpConfig
+
+    config = OpConfig(32, 2, dtype)
+    default = SHUFFLE.default_params(config)
+    assert default.joined_loads == (config.itemsize == 2)
+    variants = {f"joined{on}_tail{tail}_pf{pf}": dataclasses.replace(
+        default, joined_loads=on, lane_tail=tail, prefetch=pf)
+        for on in (True, False) for tail in (True, False) for pf in (False, True)
+        if not (pf and not on)}
+    _check_rule_variants(SHUFFLE, config, variants,
+                         (1, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 300, 1073))
+
+
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+def test_joined_forward_keeps_its_vectors_in_registers(dtype):
+    """Why the 16-bit forward joins its halves at the loads: with whole-row loads LLVM keeps a
+    tile's 16 rows live and spills most of them to the stack; joined, the tile's 8 vectors fit
+    the 16 ymm registers (no spill stores), the halves come from ``vinserti128`` with a memory
+    operand, and no cross-lane shuffle (``vperm2i128``) is left in the square tiles."""
+    import dataclasses
+    import re
+
+    import tvm
+
+    from psa_tvm.compiler.cpu import SHUFFLE, cpu_target
+    from psa_tvm.config import OpConfig
+
+    if cpu_target().attrs.get("mcpu") != "x86-64-v3":
+        pytest.skip("the instruction check is for the default x86-64-v3 target")
+    config = OpConfig(32, 2, dtype)
+    default = SHUFFLE.default_params(config)
+    spills, inserts, joins = {}, {}, {}
+    for on in (True, False):
+        params = dataclasses.replace(default, joined_loads=on, lane_tail=False)
+        func = SHUFFLE.build("forward", config, params, name=f"forward_{on}")
+        asm = tvm.compile(tvm.IRModule({f"forward_{on}": func}), target=cpu_target()).mod \
+            .inspect_source("asm")
+        spills[on] = len(re.findall(r"vmovdq[au]\s+%ymm\d+, -?\d*\(%rsp\)", asm))
+        inserts[on] = len(re.findall(r"vinserti128\s+\$1, -?\d*\(", asm))
+        joins[on] = asm.count("vperm2i128")
+    assert spills[False] > 0 and spills[True] == 0, spills
+    assert inserts[True] > 0 and joins[True] == 0, (inserts, joins)
+
+
 # ----------------------------------------------------------------------- slice prefetch
 # cpu_shuffle's prefetch kernels have each task prefetch its slice of the merged tensor first
 # (where a slice is at most prefetch_slice_bytes); the run time takes them for calls whose

@@ -151,7 +151,10 @@ def band_kernel(name: str):
 #: Name -> (config, pass, prefetch).
 CPU_SHUFFLE_CASES = {"forward_float32": (OpConfig(8, 1, "float32"), "forward", False),
                      "backward_float32": (OpConfig(8, 1, "float32"), "backward", False),
-                     "forward_float32_prefetch": (OpConfig(8, 1, "float32"), "forward", True)}
+                     "forward_float32_prefetch": (OpConfig(8, 1, "float32"), "forward", True),
+                     # 16-bit defaults: square tiles with their halves joined at the loads, the
+                     # rest of N by one lane tile
+                     "forward_float16": (OpConfig(16, 1, "float16"), "forward", False)}
 
 
 def golden_cpu_shuffle_path(name: str) -> Path:

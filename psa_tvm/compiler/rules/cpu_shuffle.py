@@ -16,11 +16,15 @@ element-aligned view: every access is an unaligned ``vmovdqu``/``vmovups``).
 The tile: a vector holds ``lanes`` elements (``vector_bytes`` 32: a ymm register, two 128-bit
 lanes); one 128-bit lane holds ``E = 16 / itemsize`` elements (4 float32, 8 16-bit). ``E``
 vectors go through ``log2(E)`` stages of in-lane interleaves (``E`` shuffles each), which
-transposes an ``E x E`` block inside every 128-bit lane at once. Two tile shapes:
+transposes an ``E x E`` block inside every 128-bit lane at once. The tile shapes:
 
 - square (``cross_lane``, the default): ``lanes x lanes`` (8x8 float32, 16x16 16-bit). Rows
   ``0..E-1`` and ``E..2E-1`` are transposed in-lane, and result ``k`` of both is joined lane by
   lane (one ``vperm2f128``/``vperm2i128`` each) into whole columns, stored as whole vectors;
+- square forward tiles with the halves joined at the loads (``joined_loads``, the 16-bit
+  default): each vector is two 16-byte loads, positions ``k`` and ``E + k``, so the in-lane
+  transpose alone yields whole output rows, with no cross-lane join and half the live vectors
+  (docs/perf.md v32: LLVM spilled 11 of a 16-bit tile's 16 rows with whole-row loads);
 - lane tiles: the in-lane results are stored half by half (``vmovdqu xmm`` / ``vextracti128``
   to memory): forward ``E`` positions x ``lanes`` channels, backward ``E`` channels x ``lanes``
   positions. Same shuffles per byte, twice the stores, smaller tiles (a shorter scalar tail).
@@ -84,6 +88,14 @@ class CpuShuffleParams:
     16-byte stores) at ``N - E`` where they fit in one, instead of a whole square tile at
     ``N - lanes``; the full tiles at ``0, lanes, 2 * lanes ...``. On by default for 16-bit types
     (:meth:`CpuShuffle.default_params`)."""
+    joined_loads: bool = False
+    """Square forward tiles: each vector entering the in-lane transpose is two 16-byte loads
+    joined, positions ``k`` and ``E + k`` (``vmovdqu xmm`` + ``vinserti128`` from memory), so
+    that every result of the transpose is a whole output row: no cross-lane join stage, and 8
+    vectors live at a time instead of 16 (with whole-row loads LLVM keeps the 16 rows of a
+    16-bit tile live and spills 11 of them to the stack). On by default for 16-bit types
+    (:meth:`CpuShuffle.default_params`). The backward keeps whole-vector loads: its joined
+    loads would read two rows of the merged tensor per vector, measured slower."""
     prefetch: bool = False
     """Each task first prefetches its slice of the merged tensor (``kd * N`` contiguous
     elements), one instruction per 64-byte line in address order, for writing in the forward,
@@ -154,7 +166,12 @@ class CpuShuffle:
         # lane_tail: measured (docs/bench-tails/cpu11, 2 threads) 0.3-0.8 us faster at N=1073
         # and 1.0-1.2 us at 16x1x33 for 16-bit types, but 0.5-1.5 us slower for float32 at the
         # same shapes, where the whole forward loop compiles differently.
-        return CpuShuffleParams(lane_tail=config.itemsize == 2)
+        # joined_loads (docs/perf.md v32, per-round ratios to copy_ in one process): 16-bit
+        # forwards 0.05-0.37 lower on the Xeon (16 threads, every row of two runs) and mostly
+        # lower on the 2-core EPYC; float32 forwards split by host (up to 0.4 lower on the EPYC,
+        # 0.06-0.24 higher at odd N on the Xeon), so they keep whole-row loads.
+        sixteen_bit = config.itemsize == 2
+        return CpuShuffleParams(lane_tail=sixteen_bit, joined_loads=sixteen_bit)
 
     def lane_elems(self, config: OpConfig) -> int:
         """Elements per 128-bit lane: the tile's short side."""
@@ -239,7 +256,7 @@ class CpuShuffle:
                         with T.Then():
                             self._tiles(forward, half, merged, row, b, h, s, n_total, kd, elems,
                                         lanes, tile_n, load, store, self.square(config, params),
-                                        params.lane_tail)
+                                        params.lane_tail, forward and params.joined_loads)
                         with T.Else():  # N < tile_n: a few positions, one element at a time
                             self._scalar(forward, half, merged, row, b, h, s, n_total, kd)
         return builder.get()
@@ -281,15 +298,15 @@ class CpuShuffle:
 
     @staticmethod
     def _tiles(forward, half, merged, row, b, h, s, n_total, kd, elems, lanes, tile_n, load,
-               store, square, lane_tail=False) -> None:
+               store, square, lane_tail=False, joined=False) -> None:
         """Every tile of one slice; the last one starts at ``N - tile_n`` (overlapping)."""
         if square and forward and lane_tail:
             CpuShuffle._square_tiles_lane_tail(half, merged, row, b, h, s, n_total, kd, lanes,
-                                               elems, load, store)
+                                               elems, load, store, joined)
             return
         if square:
             CpuShuffle._square_tiles(forward, half, merged, row, b, h, s, n_total, kd, lanes,
-                                     elems, load, store)
+                                     elems, load, store, joined)
             return
         d_step = lanes if forward else elems
         with T.serial(_i64(0), (n_total + (tile_n - 1)) // tile_n) as n_tile:
@@ -325,24 +342,24 @@ class CpuShuffle:
 
     @staticmethod
     def _square_tiles(forward, half, merged, row, b, h, s, n_total, kd, lanes, elems, load,
-                      store) -> None:
+                      store, joined=False) -> None:
         """``lanes x lanes`` tiles: in-lane transposes of rows ``0..E-1`` and ``E..2E-1``, then
         result ``k`` of both joined lane by lane (two 128-bit lanes: ``lanes == 2 * E``)."""
         with T.serial(_i64(0), (n_total + (lanes - 1)) // lanes) as n_tile:
             CpuShuffle._square_tile(forward, half, merged, row, b, h, s,
                                     T.Bind(T.min(n_tile * lanes, n_total - lanes)), kd, lanes,
-                                    elems, load, store)
+                                    elems, load, store, joined)
 
     @staticmethod
     def _square_tiles_lane_tail(half, merged, row, b, h, s, n_total, kd, lanes, elems, load,
-                                store) -> None:
+                                store, joined=False) -> None:
         """Forward: square tiles at ``0, lanes, ...`` (no overlap), then the last
         ``N % lanes`` positions by one lane tile at ``N - E`` where ``N % lanes <= E``, else by
         one square tile at ``N - lanes``: half a tile's loads and shuffles instead of a whole
         one where the rest is short (``N`` = 33, 1073, 16-bit)."""
         with T.serial(_i64(0), n_total // lanes) as n_tile:
             CpuShuffle._square_tile(True, half, merged, row, b, h, s, T.Bind(n_tile * lanes),
-                                    kd, lanes, elems, load, store)
+                                    kd, lanes, elems, load, store, joined)
         rest = n_total % lanes
         with T.If(tirx.all(rest > 0, rest <= elems)), T.Then(), \
                 T.serial(_i64(0), _i64(kd // lanes)) as d_tile:
@@ -350,12 +367,16 @@ class CpuShuffle:
                                   T.Bind(d_tile * lanes), elems, lanes, load, store)
         with T.If(rest > elems), T.Then():
             CpuShuffle._square_tile(True, half, merged, row, b, h, s, T.Bind(n_total - lanes),
-                                    kd, lanes, elems, load, store)
+                                    kd, lanes, elems, load, store, joined)
 
     @staticmethod
     def _square_tile(forward, half, merged, row, b, h, s, n0, kd, lanes, elems, load,
-                     store) -> None:
+                     store, joined=False) -> None:
         """Positions ``n0..n0+lanes-1`` of one slice, every channel block."""
+        if joined:  # forward only (the caller's choice)
+            CpuShuffle._joined_square_tile(half, merged, row, b, h, s, n0, kd, lanes, elems,
+                                           load, store)
+            return
         with T.serial(_i64(0), _i64(kd // lanes)) as d_tile:
             d0 = T.Bind(d_tile * lanes)
             if forward:
@@ -379,3 +400,29 @@ class CpuShuffle:
                         store(merged, value, [b, h, s, d0 + column, _ramp(n0, lanes)], lanes)
                     else:
                         store(half, value, [row, n0 + column, _ramp(d0, lanes)], lanes)
+
+    @staticmethod
+    def _joined_square_tile(half, merged, row, b, h, s, n0, kd, lanes, elems, load,
+                            store) -> None:
+        """The square forward tile with its halves joined at the loads (``joined_loads``): for
+        each half ``c0`` of the tile's ``lanes`` channels, vector ``k`` holds position ``k``'s
+        and position ``E + k``'s ``E`` channels from ``c0``. Inside 128-bit lane 0 the transpose
+        then sees positions ``0..E-1``, in lane 1 positions ``E..2E-1``, so result ``j`` is
+        channel ``c0 + j`` at all ``lanes`` positions: one whole output row, stored as it comes
+        out."""
+        with T.serial(_i64(0), _i64(kd // lanes)) as d_tile:
+            d0 = T.Bind(d_tile * lanes)
+            for c0 in range(0, lanes, elems):
+                vectors = []
+                for k in range(elems):
+                    halves = [load(half, [row, n0 + r, _ramp(d0 + c0, elems)], elems)
+                              for r in (k, elems + k)]
+                    vectors.append(T.Bind(tirx.Shuffle(halves,
+                                                       [_i32(i) for i in range(2 * elems)])))
+                results, labels = lane_transpose(vectors, lanes, elems, T.Bind)
+                for value, label in zip(results, labels, strict=True):
+                    # lane m of input vector k: position k (m < E) or E + k, channel c0 + m % E
+                    source = [(k + elems * (m >= elems), m % elems) for k, m in label]
+                    column = source[0][1]
+                    assert source == [(i, column) for i in range(lanes)], source
+                    store(merged, value, [b, h, s, d0 + c0 + column, _ramp(n0, lanes)], lanes)
