@@ -482,7 +482,7 @@ def test_tensors_on_different_gpus_are_refused_before_any_launch(tiled, monkeypa
              ValueError, "d_lo", "cuda:1", "cuda:0")
 
 
-@pytest.mark.parametrize("value", ["8M", "-1", " 8", "1e6", "８", "0x10"])
+@pytest.mark.parametrize("value", ["8M", "-1", " 8", "1e6", "８", "0x10", str(1 << 63)])
 def test_malformed_cpu_prefetch_bytes_names_the_variable(monkeypatch, value):
     """``PSA_TVM_CPU_PREFETCH_BYTES`` takes digits only; anything else is a ValueError naming
     the variable and the value (the libraries' C++ reading refuses the same values:
@@ -500,3 +500,16 @@ def test_cpu_prefetch_bytes_reads_whole_numbers(monkeypatch, value, expected):
 
     monkeypatch.setenv("PSA_TVM_CPU_PREFETCH_BYTES", value)
     assert env.cpu_prefetch_bytes() == expected
+
+
+def test_malformed_cpu_prefetch_bytes_refuses_every_cpu_load(monkeypatch, tmp_path):
+    """The Python run time refuses a malformed threshold when it loads any configuration's CPU
+    kernels (with prefetching kernels or not), before it looks for a library, as the native
+    library's CPU path refuses every call."""
+    from psa_tvm.config import OpConfig
+    from psa_tvm.runtime.cpu import cpu_kernels
+
+    monkeypatch.setenv("PSA_TVM_CPU_PREFETCH_BYTES", "8M")
+    for config in (OpConfig(32, 4, "float32"), OpConfig(6, 1, "float16")):
+        with pytest.raises(ValueError, match="PSA_TVM_CPU_PREFETCH_BYTES='8M'"):
+            cpu_kernels(config, tmp_path)

@@ -208,11 +208,16 @@ def find_cpu_library(config: OpConfig, root: Path | None = None) -> CpuLibrarySp
 
 
 def cpu_kernels(config: OpConfig, root: Path | None = None) -> CpuKernels:
-    """The CPU kernels of ``config``, loaded once per process and artifact directory."""
+    """The CPU kernels of ``config``, loaded once per process and artifact directory.
+
+    A malformed ``$PSA_TVM_CPU_PREFETCH_BYTES`` raises ``ValueError`` here, for every
+    configuration (with or without prefetching kernels), as the native library's CPU path
+    refuses every call then."""
     key = (config, root or env.default_artifacts_dir())
     loaded = _LOADED.get(key)
     if loaded is not None:
         return loaded
+    env.cpu_prefetch_bytes()
     with _LOCK:
         loaded = _LOADED.get(key)
         if loaded is None:

@@ -141,6 +141,6 @@ def cpu_prefetch_bytes() -> int | None:
     value = os.environ.get(CPU_PREFETCH_BYTES, "")
     if not value:
         return None
-    if not value.isascii() or not value.isdigit():
+    if not value.isascii() or not value.isdigit() or int(value) >= 1 << 63:  # int64 in C++
         raise cpu_prefetch_bytes_error(value)
     return int(value)
