@@ -128,8 +128,9 @@ def prefetch_bytes(library: str | os.PathLike) -> int:
     """The merged-tensor size in bytes from which ``library``'s prefetching kernels run (its
     ``psa_tvm_cpu_prefetch_bytes``, ``compiler/cpu_pool.cc``: ``$PSA_TVM_CPU_PREFETCH_BYTES``,
     else a quarter of the host's L3); 0 (never) for a library without the query or not loaded.
-    A malformed variable raises ``ValueError`` (:func:`psa_tvm.runtime.env.cpu_prefetch_bytes`)."""
-    env.cpu_prefetch_bytes()  # the Python reading first: the same rule, a Python traceback
+    The caller, :func:`psa_tvm.runtime.cpu.cpu_kernels`, has already checked the variable
+    (:func:`psa_tvm.runtime.env.cpu_prefetch_bytes`); should the library still read it as
+    malformed, this raises the same ``ValueError``."""
     with _exports(library) as lib:
         query = getattr(lib, "psa_tvm_cpu_prefetch_bytes", None) if lib is not None else None
         if query is None:

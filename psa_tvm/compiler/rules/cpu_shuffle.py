@@ -167,9 +167,10 @@ class CpuShuffle:
         # and 1.0-1.2 us at 16x1x33 for 16-bit types, but 0.5-1.5 us slower for float32 at the
         # same shapes, where the whole forward loop compiles differently.
         # joined_loads (docs/perf.md v32, per-round ratios to copy_ in one process): 16-bit
-        # forwards 0.05-0.37 lower on the Xeon (16 threads, every row of two runs) and mostly
-        # lower on the 2-core EPYC; float32 forwards split by host (up to 0.4 lower on the EPYC,
-        # 0.06-0.24 higher at odd N on the Xeon), so they keep whole-row loads.
+        # forwards lower or within 0.01 in every row of two runs on the Xeon (16 threads), up
+        # to 0.33 lower, and mostly lower on the 2-core EPYC; float32 forwards split by host (up
+        # to 0.38 lower on the EPYC, 0.06-0.24 higher at N 300, 920, 1073 on the Xeon), so they
+        # keep whole-row loads.
         sixteen_bit = config.itemsize == 2
         return CpuShuffleParams(lane_tail=sixteen_bit, joined_loads=sixteen_bit)
 
