@@ -522,3 +522,90 @@ def test_outputs_past_the_prefetch_size_are_exact(dtype):
     check_forward(lo, hi, 4, 37, 29, where=f"{dtype} 16x4x37x29")
     grad = inputs(merged_shape(16, 4, 37, 29, 32), torch_dtype, "cpu", 9)
     check_backward(grad, 4, 32, where=f"{dtype} 16x4x37x29")
+
+
+# ----------------------------------------------------------------------- aligned-line forward
+# cpu_lines: the 16-bit forward with aligned whole-line stores, built for x86-64-v4 into the
+# same library; the run time takes it where psa_tvm_cpu_lines says (tests/test_native.py checks
+# that choice in both launch paths).
+
+
+def _has_avx512bw() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return " avx512bw" in flags and " avx512vl" in flags
+
+
+needs_avx512 = pytest.mark.skipif(not _has_avx512bw(), reason="the CPU lacks AVX-512BW/VL")
+# Around a line (32), the chunk (256) and a chunk and a half (the last chunk takes the rest:
+# 383 is one chunk, 512 two, 767 two with a long last one); 300, 920, 1073: the benchmark's.
+LINES_NS = (1, 7, 31, 32, 33, 47, 63, 64, 65, 95, 255, 256, 257, 300, 383, 511, 512, 513,
+            767, 768, 769, 920, 1073)
+
+
+def _lines_module(configs):
+    import tvm
+
+    from psa_tvm.compiler.cpu import LINES, lines_target
+
+    funcs = {f"lines_{c.tag}": LINES.build(c, LINES.default_params(c), name=f"lines_{c.tag}")
+             for c in configs}
+    return tvm.compile(tvm.IRModule(funcs), target=lines_target()).mod
+
+
+@needs_avx512
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+def test_line_forward_every_n_poisoned_and_misaligned(dtype):
+    """The aligned-line forward, compiled from the rule: every N in LINES_NS at kd 8, 16, 32,
+    64, 128 (one to 16 channel groups), B = 2; inputs one element off alignment and outputs at
+    element offsets 1, 17 (lines split differently) and 32 (64-byte aligned); poisoned outputs
+    with canaries."""
+    from psa_tvm.config import OpConfig
+
+    configs = [OpConfig(kd, 2, dtype) for kd in (8, 16, 32, 64, 128)]
+    module = _lines_module(configs)
+    torch_dtype = DTYPES[dtype]
+    for config in configs:
+        kd = config.key_dim
+        for n in LINES_NS:
+            shape = half_shape(2, 2, 1, n, kd)
+            lo, hi = _misaligned(shape, torch_dtype, n), _misaligned(shape, torch_dtype, n + 1)
+            expected = reference.merge(lo, hi, 2, 1, n)
+            for offset in (1, 17, 32):
+                out = poisoned(expected.shape, torch_dtype, "cpu", offset)
+                module[f"lines_{config.tag}"](lo, hi, out.tensor.view(2, 2, 2, kd, n), n)
+                assert bitwise_equal(out.tensor, expected) and out.canaries_intact(), (
+                    kd, n, offset)
+
+
+def test_line_forward_supports_16_bit_groups_of_8_only():
+    from psa_tvm.compiler.cpu import LINES
+    from psa_tvm.compiler.rules.cpu_lines import CpuLinesParams
+    from psa_tvm.config import OpConfig
+
+    assert LINES.supports(OpConfig(32, 4, "float16")) and LINES.supports(OpConfig(8, 1, "bfloat16"))
+    assert not LINES.supports(OpConfig(32, 4, "float32"))
+    assert not LINES.supports(OpConfig(12, 4, "float16"))
+    with pytest.raises(ValueError, match="chunk"):
+        LINES.build(OpConfig(32, 4, "float16"), CpuLinesParams(chunk=48), name="x")
+    with pytest.raises(ValueError, match="16-bit"):
+        LINES.build(OpConfig(32, 4, "float32"), CpuLinesParams(), name="x")
+
+
+def test_line_forward_stores_whole_lines_from_registers():
+    """Why the kernel exists: its inner loop joins each row with the previous block's by one
+    ``vpermt2w`` and stores whole zmm lines; the 8 rows, 8 previous rows and 8 indices stay in
+    the 32 zmm registers (no stack spill), and no call for a workspace is left (a library loaded
+    without TVM has none)."""
+    import re
+
+    from psa_tvm.config import OpConfig
+
+    asm = _lines_module([OpConfig(32, 4, "float16")]).inspect_source("asm")
+    assert asm.count("vpermt2w") >= 8, "no two-source word permutes"
+    assert re.search(r"vmovdqu64\s+%zmm\d+, \(%\w+,%\w+\)", asm), "no whole-line stores"
+    assert not re.findall(r"vmovdq\w+\s+%zmm\d+, -?\d*\(%rsp\)", asm), "zmm spilled"
+    assert "TVMBackendAllocWorkspace" not in asm

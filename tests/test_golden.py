@@ -14,8 +14,10 @@ from tests.golden import (  # noqa: E402
     SHIFTED_PASSES,
     band_kernel,
     case_id,
+    cpu_lines_kernel,
     cpu_shuffle_kernel,
     golden_band_path,
+    golden_cpu_lines_path,
     golden_cpu_shuffle_path,
     golden_path,
     golden_shifted_path,
@@ -60,3 +62,9 @@ def test_cpu_shuffle_kernel_matches_the_golden_file(name):
     """The CPU register-tile kernels (tile loops, shuffle network, slice prefetch), compared as
     text like the band kernels."""
     assert cpu_shuffle_kernel(name).script() == golden_cpu_shuffle_path(name).read_text()
+
+
+def test_cpu_lines_kernel_matches_the_golden_file():
+    """The aligned-line 16-bit forward (chunks, passes of 8 channels, the ``vpermt2w`` joins,
+    the unaligned first, last and tail blocks), compared as text."""
+    assert cpu_lines_kernel().script() == golden_cpu_lines_path().read_text()

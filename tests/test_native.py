@@ -216,6 +216,7 @@ def test_library_info_cpu_kernels_match_the_cpu_libraries(art, lib):
         assert kernels["pairs_forward_vec"] == spec.pairs_forward_vec
         assert kernels["pairs_backward"] == spec.pairs_backward
         assert kernels["prefetch"] == spec.prefetch
+        assert kernels["lines"] == spec.lines
         module = tvm_ffi.load_module(str(spec.path))
         for symbol in kernels["symbols"]:  # the per-config library exports the same kernels
             assert module[symbol] is not None
@@ -227,6 +228,8 @@ def test_library_info_cpu_kernels_match_the_cpu_libraries(art, lib):
                          "psa_merge_bwd_cpu_pairs"}
         if spec.prefetch:
             expected |= {"psa_merge_fwd_cpu_prefetch", "psa_merge_bwd_cpu_prefetch"}
+        if spec.lines:
+            expected.add("psa_merge_fwd_cpu_lines")
         assert set(kernels["symbols"]) == expected
     assert {c.dtype for c in (s.config for s in manifest.cpu_libraries)} == {
         "float32", "float16", "bfloat16"}
@@ -236,8 +239,8 @@ def test_library_info_cpu_kernels_match_the_cpu_libraries(art, lib):
 @pytest.mark.parametrize("shape", CPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("offset", [0, 1])
 def test_cpu_kernels_exact_and_choice_agrees(art, lib, dtype, shape, offset):
-    """Every CPU kernel (pairs, vec, generic) is bit-exact with canaries intact, and the library
-    picks the kernel psa_tvm.runtime.cpu picks (offset 1: 16-bit data 2 bytes off 4-byte
+    """Every CPU kernel (pairs, vec, lines, generic) is bit-exact with canaries intact, and the
+    library picks the kernel psa_tvm.runtime.cpu picks (offset 1: 16-bit data 2 bytes off 4-byte
     alignment must not take the pairs kernels)."""
     batch, height, width = shape
     n = height * width
@@ -256,8 +259,10 @@ def test_cpu_kernels_exact_and_choice_agrees(art, lib, dtype, shape, offset):
     facts = runtime.library  # kd=32: cpu_shuffle's kernels alone (generic), else vec / pairs
     if facts.pairs_forward_vec:
         assert (got[0] == "pairs") == (aligned and n % (2 * facts.pairs_forward_vec) == 0)
-    else:
-        assert got[0] == ("vec" if facts.forward_vec > 1 and n % facts.forward_vec == 0
+    elif facts.forward_vec > 1 and n % facts.forward_vec == 0:
+        assert got[0] == "vec"
+    else:  # the aligned-line forward where this CPU takes it (psa_tvm_cpu_lines), N >= 32
+        assert got[0] == ("lines" if runtime.forward_lines_fn is not None and n >= 32
                           else "generic")
     lib.merge_forward(lo, hi, out.tensor)
     assert bitwise_equal(out.tensor, expected) and out.canaries_intact()
@@ -1175,3 +1180,112 @@ def test_gpu_int64_kernels_past_2_to_31(gpu_lib):
     gpu_lib.merge_backward(out, lo, hi)
     ref_lo, ref_hi = ref_backward(out)
     assert bitwise_equal(lo, ref_lo) and bitwise_equal(hi, ref_hi)
+
+
+# The aligned-line forward's switch, PSA_TVM_CPU_LINES, read once per process (cpu_pool.cc):
+# each case in a process of its own.
+_LINES_SCRIPT = r"""
+import sys
+from pathlib import Path
+
+import torch
+
+from psa_tvm import reference
+from psa_tvm.config import OpConfig
+from psa_tvm.runtime import native as native_rt
+from psa_tvm.runtime.cpu import cpu_kernels
+from tests.helpers import bitwise_equal, inputs, poisoned
+
+art, kd, nh, setting = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+lib = native_rt.load(art)
+for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    runtime = cpu_kernels(OpConfig(kd, nh, str(dtype).removeprefix("torch.")), art)
+    lines = setting == "1" and dtype != torch.float32
+    assert runtime.library.lines == (dtype != torch.float32), runtime.library
+    assert (runtime.forward_lines_fn is not None) == lines
+    for batch, height, width in ((1, 1, 31), (1, 1, 33), (2, 7, 5), (1, 20, 15), (1, 37, 29),
+                                 (1, 16, 16), (1, 1, 513)):
+        n = height * width
+        lo = inputs((batch * nh, n, kd), dtype, "cpu", n)
+        hi = inputs((batch * nh, n, kd), dtype, "cpu", n + 1)
+        expected = reference.merge(lo, hi, nh, height, width)
+        for run in ("native", "runtime"):
+            for offset in (1, 32):  # element offsets: lines split, and 64-byte aligned
+                out = poisoned(expected.shape, dtype, "cpu", offset)
+                out5 = out.tensor.view(batch, nh, 2, kd, n)
+                want = list(runtime.plan_forward(lo, hi, out5, n))
+                got = list(lib.module["plan_cpu_forward"](lo, hi, out.tensor))
+                kind = "lines" if lines and n >= 32 else "generic"
+                assert got == want and want[0] == kind, (got, want, kind)
+                if run == "native":
+                    lib.merge_forward(lo, hi, out.tensor)
+                else:
+                    runtime.forward(lo, hi, out5, n)
+                assert bitwise_equal(out.tensor, expected) and out.canaries_intact(), (run, n)
+print("ok")
+"""
+
+
+def _cpu_has_avx512bw() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return " avx512bw" in flags and " avx512vl" in flags
+
+
+@pytest.mark.parametrize("setting", ["1", "0"])
+def test_line_forward_chosen_alike_and_exact(art, setting):
+    """``PSA_TVM_CPU_LINES=1`` sends every 16-bit forward with ``N >= 32`` to the aligned-line
+    kernel and ``0`` none, in the native library and in psa_tvm.runtime.cpu alike (one answer,
+    ``psa_tvm_cpu_lines`` in cpu_pool.cc); float32 and ``N < 32`` keep the generic kernel. Both
+    paths bit-exact with canaries, outputs off line alignment and on it."""
+    if setting == "1" and not _cpu_has_avx512bw():
+        pytest.skip("the CPU lacks AVX-512BW/VL")
+    env = {**os.environ, "PSA_TVM_CPU_LINES": setting, "PSA_TVM_ARTIFACTS": str(art),
+           "PSA_TVM_CPU_PREFETCH_BYTES": "0"}
+    proc = subprocess.run([sys.executable, "-c", _LINES_SCRIPT, str(art), str(KD), str(NH),
+                           setting], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (
+        f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}")
+
+
+_BAD_LINES_SCRIPT = _BAD_PREFETCH_SCRIPT.replace(
+    '''    assert "PSA_TVM_CPU_PREFETCH_BYTES" in message and "8M" in message, message
+    assert "whole number of bytes" in message, message''',
+    '''    assert "PSA_TVM_CPU_LINES" in message and "VALUE" in message, message
+    assert "auto" in message, message''')
+
+
+@pytest.mark.parametrize("value", ["yes", "2", " 1", "on"])
+def test_malformed_lines_switch_is_an_error_in_both_launch_paths(art, value):
+    """``PSA_TVM_CPU_LINES`` other than auto, 0 or 1 is a ValueError naming the variable and its
+    value from both launch paths, before any launch (the output untouched), for every
+    configuration (float32 too, as the prefetch threshold)."""
+    assert "PSA_TVM_CPU_LINES" in _BAD_LINES_SCRIPT
+    script = _BAD_LINES_SCRIPT.replace('"VALUE"', repr(value))
+    env = {**os.environ, "PSA_TVM_CPU_LINES": value, "PSA_TVM_ARTIFACTS": str(art)}
+    env.pop("PSA_TVM_CPU_PREFETCH_BYTES", None)
+    proc = subprocess.run([sys.executable, "-c", script, str(art), str(KD), str(NH)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (
+        f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}")
+
+
+def test_lines_setting_in_python():
+    from psa_tvm.runtime import env as env_mod
+
+    for value, expected in (("", "auto"), ("auto", "auto"), ("0", "0"), ("1", "1")):
+        os.environ[env_mod.CPU_LINES] = value
+        try:
+            assert env_mod.cpu_lines() == expected
+        finally:
+            del os.environ[env_mod.CPU_LINES]
+    os.environ[env_mod.CPU_LINES] = "true"
+    try:
+        with pytest.raises(ValueError, match="PSA_TVM_CPU_LINES='true'"):
+            env_mod.cpu_lines()
+    finally:
+        del os.environ[env_mod.CPU_LINES]
+    assert "AVX-512" in str(env_mod.cpu_lines_error("1", -2))

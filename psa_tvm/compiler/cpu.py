@@ -26,12 +26,15 @@ import tvm
 from psa_tvm.compiler.compute import merge_backward, merge_forward
 from psa_tvm.compiler.cpu_pairs import pairs_backward, pairs_forward
 from psa_tvm.compiler.rules.cpu import CpuTiled
+from psa_tvm.compiler.rules.cpu_lines import TARGET_MCPU as LINES_MCPU
+from psa_tvm.compiler.rules.cpu_lines import CpuLines
 from psa_tvm.compiler.rules.cpu_shuffle import CpuShuffle
 from psa_tvm.config import OpConfig
 from psa_tvm.runtime.cpu import (
     BACKWARD_SYMBOL,
     CPU_TARGET,
     FORWARD_SYMBOL,
+    LINES_SYMBOL,
     forward_vec_symbol,
     pairs_symbol,
     prefetch_symbol,
@@ -44,12 +47,15 @@ RULE = CpuTiled()
 # The register-tile transposes: the two kernels of every configuration whose kd is a whole number
 # of 128-bit lanes; RULE's kernel set (vec, pairs) only for the others.
 SHUFFLE = CpuShuffle()
+# The 16-bit forward with aligned whole-line stores, for x86-64-v4 (AVX-512BW), in the same
+# library: the run time takes it only on CPUs that have the instructions (cpu_pool.cc).
+LINES = CpuLines()
 # Editing the TensorIR, the schedule, the pool or this build must invalidate built libraries
 # even without a version bump.
 DEFINITION_DIGEST = hashlib.sha1(b"".join(
     path.read_bytes() for path in (_HERE / "compute.py", _HERE / "cpu_pairs.py",
                                    _HERE / "rules" / "cpu.py", _HERE / "rules" / "cpu_shuffle.py",
-                                   POOL_SOURCE, Path(__file__))
+                                   _HERE / "rules" / "cpu_lines.py", POOL_SOURCE, Path(__file__))
 ) + (cpu_mcpu() or "").encode()).hexdigest()[:12]
 
 
@@ -69,6 +75,13 @@ class CpuKernelSet:
     pairs_forward_vec: int  # > 0 (16-bit): a forward kernel on words for N % (2 * it) == 0
     pairs_backward: bool  # 16-bit: a backward kernel on words for even N
     prefetch: bool = False  # both passes again, prefetching their slice first (large calls)
+    # The aligned-line 16-bit forward (symbol -> PrimFunc), compiled for lines_target(): the
+    # run time takes it where psa_tvm_cpu_lines() says so (cpu_pool.cc).
+    lines_funcs: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def lines(self) -> bool:
+        return bool(self.lines_funcs)
 
 
 def scheduled_cpu_kernels(config: OpConfig, prefix: str = "") -> CpuKernelSet:
@@ -88,7 +101,11 @@ def scheduled_cpu_kernels(config: OpConfig, prefix: str = "") -> CpuKernelSet:
                      for pass_ in ("forward", "backward")]
         funcs = {prefix + symbol: SHUFFLE.build(pass_, config, params, name=prefix + symbol)
                  for symbol, pass_, params in variants}
-        return CpuKernelSet(funcs, 1, 0, False, prefetch=True)
+        lines_funcs = {}
+        if _builds_lines(config):
+            name = prefix + LINES_SYMBOL
+            lines_funcs[name] = LINES.build(config, LINES.default_params(config), name=name)
+        return CpuKernelSet(funcs, 1, 0, False, prefetch=True, lines_funcs=lines_funcs)
     params = RULE.default_params(config)
     kernels = [(FORWARD_SYMBOL, "forward", merge_forward, 1),
                (BACKWARD_SYMBOL, "backward", merge_backward, 1)]
@@ -111,10 +128,20 @@ def scheduled_cpu_kernels(config: OpConfig, prefix: str = "") -> CpuKernelSet:
     return CpuKernelSet(funcs, vec, pairs_vec, pairs_vec > 0)
 
 
+def compile_kernels(kernels: CpuKernelSet) -> tvm.runtime.Module:
+    """The kernels compiled: the main set for :func:`cpu_target`, the aligned-line forward for
+    :func:`lines_target` in a module of its own, imported (export_library links both objects
+    into one library)."""
+    executable = tvm.compile(tvm.IRModule(kernels.funcs), target=cpu_target())
+    if kernels.lines_funcs:
+        lines = tvm.compile(tvm.IRModule(kernels.lines_funcs), target=lines_target())
+        executable.mod.import_module(lines.mod)
+    return executable
+
+
 def compile_cpu(config: OpConfig, path: Path) -> None:
     """Compile both passes for LLVM and export them to ``path`` (a shared library)."""
-    executable = tvm.compile(tvm.IRModule(scheduled_cpu_kernels(config).funcs),
-                             target=cpu_target())
+    executable = compile_kernels(scheduled_cpu_kernels(config))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp.so")
     executable.export_library(str(tmp), addons=[str(POOL_SOURCE)],
@@ -136,10 +163,18 @@ def cpu_facts(config: OpConfig) -> dict:
     builds), without scheduling anything."""
     if SHUFFLE.supports(config):
         return {"forward_vec": 1, "pairs_forward_vec": 0, "pairs_backward": False,
-                "prefetch": True}
+                "prefetch": True, "lines": _builds_lines(config)}
     pairs_vec = _pairs_vec(config)
     return {"forward_vec": RULE.forward_vec(config, RULE.default_params(config)),
-            "pairs_forward_vec": pairs_vec, "pairs_backward": pairs_vec > 0, "prefetch": False}
+            "pairs_forward_vec": pairs_vec, "pairs_backward": pairs_vec > 0, "prefetch": False,
+            "lines": False}
+
+
+def _builds_lines(config: OpConfig) -> bool:
+    """Whether ``config``'s library holds the aligned-line forward: x86-64 builds (the
+    default target) of 16-bit types with ``kd`` a multiple of 8 that ``cpu_shuffle`` builds."""
+    return (platform.machine() in ("x86_64", "AMD64") and SHUFFLE.supports(config)
+            and LINES.supports(config))
 
 
 def _pairs_vec(config: OpConfig) -> int:
@@ -167,3 +202,8 @@ def cpu_target() -> tvm.target.Target:
     # AVX2 CPU but Haswell has it, and there the instruction is a NOP.
     mattr = {"mattr": ["+prfchw"]} if x86 else {}
     return tvm.target.Target({"kind": CPU_TARGET, **({"mcpu": mcpu} if mcpu else {}), **mattr})
+
+
+def lines_target() -> tvm.target.Target:
+    """LLVM for the aligned-line forward: x86-64-v4 (its ``vpermt2w`` needs AVX-512BW)."""
+    return tvm.target.Target({"kind": CPU_TARGET, "mcpu": LINES_MCPU, "mattr": ["+prfchw"]})

@@ -325,3 +325,33 @@ extern "C" __attribute__((visibility("default"))) int64_t psa_tvm_cpu_prefetch_b
   static const int64_t bytes = ComputePrefetchBytes();  // read once per process
   return bytes;
 }
+
+// ------------------------------------------------------------------ aligned-line forward
+// `psa_tvm_cpu_lines()`: whether 16-bit forwards run the aligned-line kernel
+// (psa_tvm/compiler/rules/cpu_lines.py, built for x86-64-v4): 1 yes, 0 no, -1
+// `PSA_TVM_CPU_LINES` is malformed, -2 it is `1` on a CPU without AVX-512BW/VL (the kernel would
+// fault). `auto` (or unset): Intel CPUs with AVX-512BW and VL, where it was measured faster
+// (docs/perf.md v33: Xeon, 16 threads, up to 0.9 lower); not AMD's Zen 4, whose 512-bit
+// shuffles and inserts made it 0.2-0.9 slower than the AVX2 kernel there. `0`: never; `1`:
+// wherever the CPU has the instructions. Both launch paths ask this one function.
+namespace {
+int ComputeLines() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool has = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  const bool intel = __builtin_cpu_is("intel");
+#else
+  const bool has = false, intel = false;
+#endif
+  const char* value = getenv("PSA_TVM_CPU_LINES");
+  if (value == nullptr || *value == '\0' || strcmp(value, "auto") == 0) return has && intel;
+  if (strcmp(value, "0") == 0) return 0;
+  if (strcmp(value, "1") == 0) return has ? 1 : -2;
+  return -1;
+}
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int psa_tvm_cpu_lines() {
+  static const int lines = ComputeLines();  // read once per process
+  return lines;
+}

@@ -42,6 +42,7 @@ from psa_tvm.layouts import (
 from psa_tvm.runtime.cpu import (
     BACKWARD_SYMBOL,
     FORWARD_SYMBOL,
+    LINES_SYMBOL,
     forward_vec_symbol,
     pairs_symbol,
     prefetch_symbol,
@@ -78,7 +79,8 @@ def _generator_digest() -> bytes:
     # psa_tvm.compiler.cpu.DEFINITION_DIGEST, read here without importing TVM.
     here = Path(__file__).parent
     for path in (CPU_POOL_SOURCE, here / "compute.py", here / "cpu_pairs.py",
-                 here / "rules" / "cpu.py", here / "rules" / "cpu_shuffle.py", here / "cpu.py"):
+                 here / "rules" / "cpu.py", here / "rules" / "cpu_shuffle.py",
+                 here / "rules" / "cpu_lines.py", here / "cpu.py"):
         sha.update(path.read_bytes())
     # The layout family's tensor lists and kernel views (the stream tables are built from them).
     sha.update((here.parent / "layouts.py").read_bytes())
@@ -418,7 +420,8 @@ def generate_source(root: Path, manifest: dict, cpu_objects: dict[OpConfig, dict
                              "dtype": config.dtype, "cpu": config in cpu_objects,
                              **({"cpu_kernels": {k: cpu_objects[config][k] for k in (
                                  "forward_vec", "pairs_forward_vec", "pairs_backward",
-                                 "prefetch", "symbols")}} if config in cpu_objects else {}),
+                                 "prefetch", "lines", "symbols")}} if config in cpu_objects
+                                else {}),
                              "builds": {"default": [builds[i][0]["source"] if i >= 0 else None
                                                     for i in default],
                                         **{f"sm_{a}": [builds[i][0]["source"] if i >= 0
@@ -538,32 +541,44 @@ def _cpu_set(config: OpConfig, facts: dict) -> str:
             f"{'true' if facts['pairs_backward'] else 'false'}, "
             f"{kernel(pairs_symbol('backward') if facts['pairs_backward'] else None)}, "
             f"{kernel(prefetch_symbol('forward') if facts['prefetch'] else None)}, "
-            f"{kernel(prefetch_symbol('backward') if facts['prefetch'] else None)}}}")
+            f"{kernel(prefetch_symbol('backward') if facts['prefetch'] else None)}, "
+            f"{kernel(LINES_SYMBOL if facts.get('lines') else None)}}}")
 
 
 def compile_cpu_object(configs: list[OpConfig], path: Path) -> dict[OpConfig, dict]:
     """The scheduled CPU kernels of ``configs`` (exactly those of the per-configuration CPU
-    library, :func:`psa_tvm.compiler.cpu.scheduled_cpu_kernels`, for the same target) as one
-    object file; returns per configuration the facts that choose among them and the run
-    time's symbols (TVM needed here only)."""
+    library, :func:`psa_tvm.compiler.cpu.scheduled_cpu_kernels`, for the same targets) as
+    object files: ``path``, and the aligned-line forwards (x86-64-v4) in
+    :func:`lines_object_path` where any configuration has one; returns per configuration the
+    facts that choose among them and the run time's symbols (TVM needed here only)."""
     import tvm
 
-    from psa_tvm.compiler.cpu import cpu_target, scheduled_cpu_kernels
+    from psa_tvm.compiler.cpu import cpu_target, lines_target, scheduled_cpu_kernels
 
-    funcs = {}
+    funcs, lines_funcs = {}, {}
     facts = {}
     for config in configs:
         prefix = _cpu_prefix(config)
         kernels = scheduled_cpu_kernels(config, prefix)
         funcs.update(kernels.funcs)
+        lines_funcs.update(kernels.lines_funcs)
         facts[config] = {"forward_vec": kernels.forward_vec,
                          "pairs_forward_vec": kernels.pairs_forward_vec,
                          "pairs_backward": kernels.pairs_backward,
-                         "prefetch": kernels.prefetch,
-                         "symbols": sorted(name.removeprefix(prefix) for name in kernels.funcs)}
+                         "prefetch": kernels.prefetch, "lines": kernels.lines,
+                         "symbols": sorted(name.removeprefix(prefix)
+                                           for name in (*kernels.funcs, *kernels.lines_funcs))}
     executable = tvm.compile(tvm.IRModule(funcs), target=cpu_target())
     executable.mod.write_to_file(str(path))
+    if lines_funcs:
+        lines = tvm.compile(tvm.IRModule(lines_funcs), target=lines_target())
+        lines.mod.write_to_file(str(lines_object_path(path)))
     return facts
+
+
+def lines_object_path(path: Path) -> Path:
+    """Where :func:`compile_cpu_object` puts the aligned-line kernels beside ``path``."""
+    return path.with_name(f"{path.stem}_lines.o")
 
 
 def compile_library(source: str, out: Path, tools: Toolchain, objects: list[Path],
@@ -621,6 +636,8 @@ def write_native_library(root: str | os.PathLike, *, cpu: bool = True) -> Native
                     # The kernels' parallel loops call through __TVMBackendParallelLaunch:
                     # cpu_pool.cc fills it (tvm_ffi alone does not).
                     objects += [work / "cpu.o", CPU_POOL_SOURCE]
+                    if lines_object_path(work / "cpu.o").is_file():
+                        objects.append(lines_object_path(work / "cpu.o"))
                 except ImportError as err:
                     warnings.append(f"no CPU kernels in the native library: TVM is needed to "
                                     f"build them ({err})")

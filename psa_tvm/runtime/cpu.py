@@ -22,6 +22,10 @@ from psa_tvm.runtime.manifest import CpuLibrarySpec, Manifest
 
 CPU_TARGET = "llvm"
 FORWARD_SYMBOL, BACKWARD_SYMBOL = "psa_merge_fwd_cpu", "psa_merge_bwd_cpu"
+#: The 16-bit forward with aligned whole-line stores (x86-64-v4; compiler/rules/cpu_lines.py).
+LINES_SYMBOL = f"{FORWARD_SYMBOL}_lines"
+#: The smallest N the aligned-line forward runs at (below it, the generic kernel's tiles).
+LINES_MIN_N = 32
 
 
 def forward_vec_symbol(vec: int) -> str:
@@ -74,6 +78,7 @@ class CpuKernels:
     forward_prefetch_fn: Any = None  # the generic kernels, prefetching each slice first
     backward_prefetch_fn: Any = None
     prefetch_bytes: int = 0  # calls with a merged tensor of this many bytes take them (0: none)
+    forward_lines_fn: Any = None  # the aligned-line forward, where this CPU should run it
 
     def forward(self, lo: Any, hi: Any, out5: Any, n: int) -> None:
         """``out5`` is the merged output viewed as ``[B, nh, 2, kd, N]``."""
@@ -84,6 +89,8 @@ class CpuKernels:
             self.forward_vec_fn(lo, hi, out5, arg)
         elif kind == "prefetch":
             self.forward_prefetch_fn(lo, hi, out5, arg)
+        elif kind == "lines":
+            self.forward_lines_fn(lo, hi, out5, arg)
         else:
             self.forward_fn(lo, hi, out5, arg)
 
@@ -120,7 +127,8 @@ class CpuKernels:
             words = _all_words((lo, hi, out5))
         vec = self.library.forward_vec if self.forward_vec_fn is not None else 1
         prefetch = self._prefetches(out5, self.forward_prefetch_fn is not None)
-        return (*forward_choice(vec, pairs_vec, n, words is not None, prefetch), words)
+        return (*forward_choice(vec, pairs_vec, n, words is not None, prefetch,
+                                self.forward_lines_fn is not None), words)
 
     def _backward_plan(self, g5: Any, d_lo: Any, d_hi: Any, n: int) -> tuple:
         words = None
@@ -137,20 +145,23 @@ def _all_words(tensors: tuple) -> list | None:
 
 
 def forward_choice(forward_vec: int, pairs_forward_vec: int, n: int, words: bool,
-                   prefetch: bool = False) -> tuple[str, str, int]:
+                   prefetch: bool = False, lines: bool = False) -> tuple[str, str, int]:
     """``(kind, symbol, last argument)`` of the forward kernel for ``N = n``: ``"pairs"`` (16-bit
     on 32-bit words: ``pairs_forward_vec > 0``, ``N % (2 * pairs_forward_vec) == 0`` and
     ``words``, i.e. every tensor has an ``int32`` view: 4-byte aligned data), else ``"vec"``
     (``forward_vec > 1`` and ``N % forward_vec == 0``), else ``"prefetch"`` (``prefetch``: the
     library has the prefetching kernels and the merged tensor reaches the host's
-    ``psa_tvm_cpu_prefetch_bytes``), else ``"generic"``. The native library's CPU path makes the
-    same choice (``plan_cpu_forward``)."""
+    ``psa_tvm_cpu_prefetch_bytes``), else ``"lines"`` (``lines``: the library has the
+    aligned-line forward and this CPU should run it, ``psa_tvm_cpu_lines``; ``N >= 32``), else
+    ``"generic"``. The native library's CPU path makes the same choice (``plan_cpu_forward``)."""
     if pairs_forward_vec and n % (2 * pairs_forward_vec) == 0 and words:
         return "pairs", pairs_symbol("forward", pairs_forward_vec), n // (2 * pairs_forward_vec)
     if forward_vec > 1 and n % forward_vec == 0:
         return "vec", forward_vec_symbol(forward_vec), n // forward_vec
     if prefetch:
         return "prefetch", prefetch_symbol("forward"), n
+    if lines and n >= LINES_MIN_N:
+        return "lines", LINES_SYMBOL, n
     return "generic", FORWARD_SYMBOL, n
 
 
@@ -210,14 +221,15 @@ def find_cpu_library(config: OpConfig, root: Path | None = None) -> CpuLibrarySp
 def cpu_kernels(config: OpConfig, root: Path | None = None) -> CpuKernels:
     """The CPU kernels of ``config``, loaded once per process and artifact directory.
 
-    A malformed ``$PSA_TVM_CPU_PREFETCH_BYTES`` raises ``ValueError`` here, for every
-    configuration (with or without prefetching kernels), as the native library's CPU path
-    refuses every call then."""
+    A malformed ``$PSA_TVM_CPU_PREFETCH_BYTES`` or ``$PSA_TVM_CPU_LINES`` (or ``1`` on a CPU
+    without AVX-512BW/VL) raises ``ValueError`` here, for every configuration, as the native
+    library's CPU path refuses every call then."""
     key = (config, root or env.default_artifacts_dir())
     loaded = _LOADED.get(key)
     if loaded is not None:
         return loaded
     env.cpu_prefetch_bytes()
+    env.cpu_lines()
     with _LOCK:
         loaded = _LOADED.get(key)
         if loaded is None:
@@ -238,10 +250,15 @@ def cpu_kernels(config: OpConfig, root: Path | None = None) -> CpuKernels:
             pairs_bwd = module[pairs_symbol("backward")] if library.pairs_backward else None
             prefetch = ((module[prefetch_symbol("forward")], module[prefetch_symbol("backward")])
                         if library.prefetch else (None, None))
+            # Asked of every library (as the native path asks on every call), so that
+            # PSA_TVM_CPU_LINES=1 on a CPU without AVX-512 fails here for every configuration.
+            use_lines = cpu_pool.lines(library.path)
+            lines = module[LINES_SYMBOL] if library.lines and use_lines else None
             loaded = _LOADED[key] = CpuKernels(
                 config, library, module[FORWARD_SYMBOL], module[BACKWARD_SYMBOL], forward_vec,
                 pairs_fwd, pairs_bwd, *prefetch,
-                prefetch_bytes=cpu_pool.prefetch_bytes(library.path) if library.prefetch else 0)
+                prefetch_bytes=cpu_pool.prefetch_bytes(library.path) if library.prefetch else 0,
+                forward_lines_fn=lines)
         return loaded
 
 

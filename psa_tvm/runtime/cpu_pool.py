@@ -140,3 +140,19 @@ def prefetch_bytes(library: str | os.PathLike) -> int:
         if bytes_ < 0:  # the library read a malformed $PSA_TVM_CPU_PREFETCH_BYTES
             raise env.cpu_prefetch_bytes_error(os.environ.get(env.CPU_PREFETCH_BYTES, ""))
         return bytes_
+
+
+def lines(library: str | os.PathLike) -> bool:
+    """Whether 16-bit forwards take ``library``'s aligned-line kernel on this CPU (its
+    ``psa_tvm_cpu_lines``, ``compiler/cpu_pool.cc``: ``$PSA_TVM_CPU_LINES``, else Intel CPUs with
+    AVX-512BW/VL); False for a library without the query or not loaded. A value the library
+    cannot follow (malformed, or ``1`` on a CPU without AVX-512BW/VL) raises ``ValueError``."""
+    with _exports(library) as lib:
+        query = getattr(lib, "psa_tvm_cpu_lines", None) if lib is not None else None
+        if query is None:
+            return False
+        query.argtypes, query.restype = [], ctypes.c_int
+        answer = int(query())
+        if answer < 0:
+            raise env.cpu_lines_error(os.environ.get(env.CPU_LINES, ""), answer)
+        return answer == 1

@@ -22,6 +22,9 @@ Nothing else in the package reads ``os.environ``: a reader of this module sees e
 | ``PSA_TVM_CPU_PREFETCH_BYTES`` | CPU calls whose merged tensor has at least this many bytes |
 | | run the kernels that prefetch each slice first (read by ``compiler/cpu_pool.cc``; default: |
 | | a quarter of the L3; ``0``: never; digits only, else a ``ValueError`` before any launch) |
+| ``PSA_TVM_CPU_LINES`` | 16-bit CPU forwards on the aligned-line kernel (x86-64-v4): ``auto`` |
+| | (default: Intel CPUs with AVX-512BW/VL), ``0`` (never), ``1`` (wherever the CPU has them; |
+| | a ``ValueError`` where it has not); read by ``compiler/cpu_pool.cc`` for both launch paths |
 | ``CXX`` | the C++ compiler that builds the native library (else ``g++``, then ``c++``) |
 | ``CUDA_HOME``, ``CUDA_PATH`` | CUDA roots: nvcc, headers for NVRTC and the native library |
 """
@@ -144,3 +147,26 @@ def cpu_prefetch_bytes() -> int | None:
     if not value.isascii() or not value.isdigit() or int(value) >= 1 << 63:  # int64 in C++
         raise cpu_prefetch_bytes_error(value)
     return int(value)
+
+
+CPU_LINES = "PSA_TVM_CPU_LINES"
+
+
+def cpu_lines_error(value: str, code: int = -1) -> ValueError:
+    """The error for a ``$PSA_TVM_CPU_LINES`` the CPU path cannot follow: malformed (``code``
+    -1), or ``1`` on a CPU without AVX-512BW/VL (-2), as ``compiler/cpu_pool.cc`` reports them
+    (the native library's C++ path says the same in its own words)."""
+    if code == -2:
+        return ValueError(f"{CPU_LINES}={value!r}: this CPU lacks AVX-512BW/VL, which the "
+                          "aligned-line kernel needs; use auto or 0")
+    return ValueError(f"{CPU_LINES}={value!r}: expected auto (default), 0 or 1")
+
+
+def cpu_lines() -> str:
+    """``$PSA_TVM_CPU_LINES``: ``auto`` (unset or empty too), ``0`` or ``1``; anything else
+    raises :func:`cpu_lines_error` before any launch. Whether the CPU can run the kernel is
+    the library's answer (``psa_tvm_cpu_lines`` in ``compiler/cpu_pool.cc``)."""
+    value = os.environ.get(CPU_LINES, "")
+    if value in ("", "auto", "0", "1"):
+        return value or "auto"
+    raise cpu_lines_error(value)

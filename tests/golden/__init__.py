@@ -169,3 +169,18 @@ def cpu_shuffle_kernel(name: str):
     config, pass_, prefetch = CPU_SHUFFLE_CASES[name]
     params = dataclasses.replace(SHUFFLE.default_params(config), prefetch=prefetch)
     return SHUFFLE.build(pass_, config, params, name=golden_cpu_shuffle_path(name).stem)
+
+
+#: The aligned-line 16-bit forward (cpu_lines), one channel group (kd 8).
+CPU_LINES_CONFIG = OpConfig(8, 1, "float16")
+
+
+def golden_cpu_lines_path() -> Path:
+    return GOLDEN_DIR / "cpu_lines_forward_float16.tvmscript"
+
+
+def cpu_lines_kernel():
+    from psa_tvm.compiler.cpu import LINES
+
+    return LINES.build(CPU_LINES_CONFIG, LINES.default_params(CPU_LINES_CONFIG),
+                       name=golden_cpu_lines_path().stem)

@@ -9,8 +9,10 @@ from tests.golden import (
     PARAM_CASES,
     SHIFTED_PASSES,
     band_kernel,
+    cpu_lines_kernel,
     cpu_shuffle_kernel,
     golden_band_path,
+    golden_cpu_lines_path,
     golden_cpu_shuffle_path,
     golden_param_path,
     golden_path,
@@ -41,3 +43,6 @@ if __name__ == "__main__":
         path = golden_cpu_shuffle_path(name)
         path.write_text(cpu_shuffle_kernel(name).script())
         print(f"wrote {path}")
+    path = golden_cpu_lines_path()
+    path.write_text(cpu_lines_kernel().script())
+    print(f"wrote {path}")

@@ -725,7 +725,11 @@ inline ffi::Tensor Allocate(const int64_t* shape, int ndim, DLDataType dtype, DL
 extern "C" int __tvm_ffi_psa_tvm_own_pool(void*, const void*, int32_t, void*);
 extern "C" int psa_tvm_pool_serial(int on);
 extern "C" int64_t psa_tvm_cpu_prefetch_bytes();
+extern "C" int psa_tvm_cpu_lines();
 namespace psa_native {
+// 1: 16-bit forwards take the aligned-line kernel; 0: not; -1 / -2: PSA_TVM_CPU_LINES is
+// malformed / asks for it on a CPU without AVX-512BW/VL (ChooseCpu throws). cpu_pool.cc.
+inline int CpuLines() { return psa_tvm_cpu_lines(); }
 // Calls whose merged tensor reaches this many bytes take the prefetching kernels (cpu_pool.cc
 // decides for both launch paths; 0: never; -1: the variable is malformed, ChooseCpu throws).
 inline int64_t CpuPrefetchBytes() { return psa_tvm_cpu_prefetch_bytes(); }
@@ -752,6 +756,7 @@ class SerialScope {
 #else
 inline void UseOwnPool() {}
 inline int64_t CpuPrefetchBytes() { return 0; }
+inline int CpuLines() { return 0; }
 constexpr int64_t kSerialBytes = 0;
 struct SerialScope {
   explicit SerialScope(bool) {}
@@ -763,7 +768,8 @@ struct SerialScope {
 // the run time: same data, last dim halved) and N a multiple of 2 * pairs_forward_vec (forward)
 // or even (backward); else "vec" (forward, N % forward_vec == 0); else "prefetch" (the
 // generic kernel prefetching each slice first: built, and the merged tensor reaches
-// CpuPrefetchBytes() > 0); else "generic".
+// CpuPrefetchBytes() > 0); else "lines" (forward: built, N >= 32 and CpuLines() == 1); else
+// "generic".
 struct CpuChoice {
   const CpuKernel* kernel = nullptr;
   const char* kind = "generic";
@@ -791,6 +797,17 @@ inline CpuChoice ChooseCpu(const Config& c, int pass, const Dims& d, const uintp
                                  "8388608; 0: never prefetch), or unset for a quarter of the L3";
   }
   const bool prefetch = threshold > 0 && d.merged_numel * (c.dtype_bits / 8) >= threshold;
+  const int lines = CpuLines();
+  if (lines < 0) {  // cpu_pool.cc: malformed, or 1 on a CPU without the instructions
+    const char* value = std::getenv("PSA_TVM_CPU_LINES");
+    if (lines == -2) {
+      TVM_FFI_THROW(ValueError) << "PSA_TVM_CPU_LINES='" << (value ? value : "")
+                                << "': this CPU lacks AVX-512BW/VL, which the aligned-line "
+                                   "kernel needs; use auto or 0";
+    }
+    TVM_FFI_THROW(ValueError) << "PSA_TVM_CPU_LINES='" << (value ? value : "")
+                              << "': expected auto (default), 0 or 1";
+  }
   bool aligned = d.key_dim % 2 == 0;
   for (int r : roles[pass]) aligned = aligned && ptrs[r] % 4 == 0;
   CpuChoice ch;
@@ -803,6 +820,8 @@ inline CpuChoice ChooseCpu(const Config& c, int pass, const Dims& d, const uintp
       ch.kernel = &s.forward_vec_kernel, ch.kind = "vec", ch.arg = d.n / s.forward_vec;
     } else if (prefetch && s.forward_prefetch.fn != nullptr) {
       ch.kernel = &s.forward_prefetch, ch.kind = "prefetch", ch.arg = d.n;
+    } else if (lines == 1 && s.forward_lines.fn != nullptr && d.n >= 32) {
+      ch.kernel = &s.forward_lines, ch.kind = "lines", ch.arg = d.n;
     } else {
       ch.kernel = &s.forward, ch.arg = d.n;
     }

@@ -1,0 +1,123 @@
+"""The aligned-line 16-bit forward (``cpu_lines``) against the shipped ``cpu_shuffle`` forward
+and torch's ``copy_``, one process, per-round ratios (docs/perf.md v33).
+
+    python docs/bench-tails/v33/proto/lines_lib.py build DIR    # here (TVM): DIR/lines_<dtype>.so
+    python docs/bench-tails/v33/proto/lines_lib.py run DIR [--threads 16] [--rounds 21]
+
+Each library holds both forwards of kd 32, nh 4 (the generic one for x86-64-v3 as shipped, the
+line kernel for x86-64-v4) and cpu_pool.cc; the regions run on torch's OpenMP threads, as in the
+library. Results are checked bit-exact first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+SHAPES = ["20x20/b16", "40x40/b16", "20x15/b16", "20x12/b16", "40x23/b16", "37x29/b16",
+          "40x23/b1", "37x29/b1", "20x15/b64", "37x29/b64"]
+
+
+def build(out_dir: Path) -> None:
+    import tvm
+
+    from psa_tvm.compiler.cpu import POOL_SOURCE, SHUFFLE, cpu_target
+    from psa_tvm.compiler.rules.cpu_lines import TARGET_MCPU, CpuLines
+    from psa_tvm.config import OpConfig
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rule = CpuLines()
+    for dtype in ("float16", "bfloat16"):
+        config = OpConfig(32, 4, dtype)
+        shipped = SHUFFLE.build("forward", config, SHUFFLE.default_params(config), name="shipped")
+        lines = rule.build(config, rule.default_params(config), name="lines")
+        main = tvm.compile(tvm.IRModule({"shipped": shipped}), target=cpu_target())
+        v4 = tvm.compile(tvm.IRModule({"lines": lines}),
+                         target=tvm.target.Target({"kind": "llvm", "mcpu": TARGET_MCPU}))
+        main.mod.import_module(v4.mod)
+        main.export_library(str(out_dir / f"lines_{dtype}.so"), addons=[str(POOL_SOURCE)],
+                            options=["-O2", "-pthread", "-ldl"])
+        print("built", out_dir / f"lines_{dtype}.so")
+
+
+def batch_s(fn, target_s: float = 0.003) -> float:
+    fn()
+    start = time.perf_counter()
+    fn()
+    once = time.perf_counter() - start
+    calls = max(1, int(target_s / max(once, 1e-7)))
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def run(lib_dir: Path, threads: int, rounds: int, shapes: list[str]) -> None:
+    import torch
+    import tvm_ffi
+
+    from psa_tvm.runtime import cpu_pool
+
+    torch.set_num_threads(threads)
+    print(f"threads {threads}, rounds {rounds}; median per-round time / copy_ (p25-p75)")
+    print(f"{'dtype':9s} {'shape':10s} {'MB':>6s} {'copy us':>8s}  {'shipped':>16s}  "
+          f"{'lines':>16s}")
+    for dtype_name in ("float16", "bfloat16"):
+        path = lib_dir / f"lines_{dtype_name}.so"
+        module = tvm_ffi.load_module(str(path))
+        module["psa_tvm_own_pool"]()
+        cpu_pool.share_torch_threads(path)
+        fns = {"shipped": module["shipped"], "lines": module["lines"]}
+        dtype = getattr(torch, dtype_name)
+        for shape in shapes:
+            grid, batch_text = shape.split("/b")
+            height, width = map(int, grid.split("x"))
+            batch, nh, kd, n = int(batch_text), 4, 32, height * width
+            lo = torch.randn(batch * nh, n, kd).to(dtype)
+            hi = torch.randn(batch * nh, n, kd).to(dtype)
+            ref = torch.stack([lo.view(batch, nh, n, kd), hi.view(batch, nh, n, kd)], 2)
+            ref = ref.transpose(-1, -2).contiguous()
+            out5 = torch.empty_like(ref)
+            src, dst = ref.reshape(-1).clone(), torch.empty(ref.numel(), dtype=dtype)
+            for name, fn in fns.items():
+                out5.fill_(float("nan"))
+                fn(lo, hi, out5, n)
+                assert torch.equal(out5.view(torch.int16), ref.view(torch.int16)), (name, shape)
+            ratios = {name: [] for name in fns}
+            copies = []
+            names = list(fns)
+            for r in range(rounds):
+                copy = batch_s(lambda d=dst, s=src: d.copy_(s))
+                copies.append(copy)
+                for name in names[r % 2:] + names[:r % 2]:
+                    ratios[name].append(
+                        batch_s(lambda f=fns[name], a=(lo, hi, out5, n): f(*a)) / copy)
+
+            def cell(values):
+                q = statistics.quantiles(values, n=4)
+                return f"{statistics.median(values):.2f} ({q[0]:.2f}-{q[2]:.2f})"
+
+            print(f"{dtype_name:9s} {shape:10s} {ref.numel() * 2 / 1e6:6.2f} "
+                  f"{statistics.median(copies) * 1e6:8.1f}  {cell(ratios['shipped']):>16s}  "
+                  f"{cell(ratios['lines']):>16s}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=["build", "run"])
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("--threads", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--shapes", nargs="+", default=SHAPES)
+    args = parser.parse_args()
+    if args.mode == "build":
+        build(args.dir)
+    else:
+        run(args.dir, args.threads, args.rounds, args.shapes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
