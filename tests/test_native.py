@@ -26,6 +26,7 @@ import psa_tvm
 from psa_tvm import reference
 from psa_tvm.errors import ArtifactNotFoundError
 from psa_tvm.runtime import native as native_rt
+from psa_tvm.runtime.cpu import takes_lines
 from tests.helpers import bitwise_equal, inputs, mutate_arguments, poisoned, untouched_memory
 
 KD, NH = 32, 4
@@ -261,8 +262,8 @@ def test_cpu_kernels_exact_and_choice_agrees(art, lib, dtype, shape, offset):
         assert (got[0] == "pairs") == (aligned and n % (2 * facts.pairs_forward_vec) == 0)
     elif facts.forward_vec > 1 and n % facts.forward_vec == 0:
         assert got[0] == "vec"
-    else:  # the aligned-line forward where this CPU takes it (psa_tvm_cpu_lines), N >= 32
-        assert got[0] == ("lines" if runtime.forward_lines_fn is not None and n >= 32
+    else:  # the aligned-line forward where this CPU takes it (psa_tvm_cpu_lines), by N
+        assert got[0] == ("lines" if runtime.forward_lines_fn is not None and takes_lines(n)
                           else "generic")
     lib.merge_forward(lo, hi, out.tensor)
     assert bitwise_equal(out.tensor, expected) and out.canaries_intact()
@@ -1193,7 +1194,7 @@ import torch
 from psa_tvm import reference
 from psa_tvm.config import OpConfig
 from psa_tvm.runtime import native as native_rt
-from psa_tvm.runtime.cpu import cpu_kernels
+from psa_tvm.runtime.cpu import cpu_kernels, takes_lines
 from tests.helpers import bitwise_equal, inputs, poisoned
 
 art, kd, nh, setting = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -1203,8 +1204,8 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     lines = setting == "1" and dtype != torch.float32
     assert runtime.library.lines == (dtype != torch.float32), runtime.library
     assert (runtime.forward_lines_fn is not None) == lines
-    for batch, height, width in ((1, 1, 31), (1, 1, 33), (2, 7, 5), (1, 20, 15), (1, 37, 29),
-                                 (1, 16, 16), (1, 1, 513)):
+    for batch, height, width in ((1, 1, 31), (1, 1, 33), (1, 1, 64), (1, 5, 13), (2, 20, 15),
+                                 (1, 37, 29), (1, 16, 16), (1, 1, 513)):
         n = height * width
         lo = inputs((batch * nh, n, kd), dtype, "cpu", n)
         hi = inputs((batch * nh, n, kd), dtype, "cpu", n + 1)
@@ -1215,7 +1216,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
                 out5 = out.tensor.view(batch, nh, 2, kd, n)
                 want = list(runtime.plan_forward(lo, hi, out5, n))
                 got = list(lib.module["plan_cpu_forward"](lo, hi, out.tensor))
-                kind = "lines" if lines and n >= 32 else "generic"
+                kind = "lines" if lines and takes_lines(n) else "generic"
                 assert got == want and want[0] == kind, (got, want, kind)
                 if run == "native":
                     lib.merge_forward(lo, hi, out.tensor)
@@ -1237,10 +1238,11 @@ def _cpu_has_avx512bw() -> bool:
 
 @pytest.mark.parametrize("setting", ["1", "0"])
 def test_line_forward_chosen_alike_and_exact(art, setting):
-    """``PSA_TVM_CPU_LINES=1`` sends every 16-bit forward with ``N >= 32`` to the aligned-line
-    kernel and ``0`` none, in the native library and in psa_tvm.runtime.cpu alike (one answer,
-    ``psa_tvm_cpu_lines`` in cpu_pool.cc); float32 and ``N < 32`` keep the generic kernel. Both
-    paths bit-exact with canaries, outputs off line alignment and on it."""
+    """``PSA_TVM_CPU_LINES=1`` sends every 16-bit forward whose rows are not whole lines (``N >=
+    64``, ``N % 32 != 0``: takes_lines) to the aligned-line kernel and ``0`` none, in the native
+    library and in psa_tvm.runtime.cpu alike (one answer, ``psa_tvm_cpu_lines`` in
+    cpu_pool.cc); float32, ``N`` 31, 33, 64 and 256 keep the generic kernel. Both paths
+    bit-exact with canaries, outputs off line alignment and on it."""
     if setting == "1" and not _cpu_has_avx512bw():
         pytest.skip("the CPU lacks AVX-512BW/VL")
     env = {**os.environ, "PSA_TVM_CPU_LINES": setting, "PSA_TVM_ARTIFACTS": str(art),

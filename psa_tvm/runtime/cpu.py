@@ -24,8 +24,18 @@ CPU_TARGET = "llvm"
 FORWARD_SYMBOL, BACKWARD_SYMBOL = "psa_merge_fwd_cpu", "psa_merge_bwd_cpu"
 #: The 16-bit forward with aligned whole-line stores (x86-64-v4; compiler/rules/cpu_lines.py).
 LINES_SYMBOL = f"{FORWARD_SYMBOL}_lines"
-#: The smallest N the aligned-line forward runs at (below it, the generic kernel's tiles).
-LINES_MIN_N = 32
+#: The aligned-line forward runs for N >= LINES_MIN_N with N % LINES_ROW_UNIT != 0, i.e. where
+#: 16-bit rows are not whole 64-byte lines. Measured on the Xeon (docs/perf.md v33, 16 threads):
+#: where they are (N 192, 1600) the generic kernel's 32-byte stores never split a line and it ran
+#: level or up to 0.15 lower; below 64 positions (N 33) the line kernel's overlapping first and
+#: last blocks cost more than the splits (0.02-0.12 higher).
+LINES_MIN_N = 64
+LINES_ROW_UNIT = 32
+
+
+def takes_lines(n: int) -> bool:
+    """Whether a 16-bit forward of ``N = n`` goes to the aligned-line kernel where it is there."""
+    return n >= LINES_MIN_N and n % LINES_ROW_UNIT != 0
 
 
 def forward_vec_symbol(vec: int) -> str:
@@ -152,7 +162,8 @@ def forward_choice(forward_vec: int, pairs_forward_vec: int, n: int, words: bool
     (``forward_vec > 1`` and ``N % forward_vec == 0``), else ``"prefetch"`` (``prefetch``: the
     library has the prefetching kernels and the merged tensor reaches the host's
     ``psa_tvm_cpu_prefetch_bytes``), else ``"lines"`` (``lines``: the library has the
-    aligned-line forward and this CPU should run it, ``psa_tvm_cpu_lines``; ``N >= 32``), else
+    aligned-line forward and this CPU should run it, ``psa_tvm_cpu_lines``; :func:`takes_lines`),
+    else
     ``"generic"``. The native library's CPU path makes the same choice (``plan_cpu_forward``)."""
     if pairs_forward_vec and n % (2 * pairs_forward_vec) == 0 and words:
         return "pairs", pairs_symbol("forward", pairs_forward_vec), n // (2 * pairs_forward_vec)
@@ -160,7 +171,7 @@ def forward_choice(forward_vec: int, pairs_forward_vec: int, n: int, words: bool
         return "vec", forward_vec_symbol(forward_vec), n // forward_vec
     if prefetch:
         return "prefetch", prefetch_symbol("forward"), n
-    if lines and n >= LINES_MIN_N:
+    if lines and takes_lines(n):
         return "lines", LINES_SYMBOL, n
     return "generic", FORWARD_SYMBOL, n
 

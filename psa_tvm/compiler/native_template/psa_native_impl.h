@@ -768,8 +768,8 @@ struct SerialScope {
 // the run time: same data, last dim halved) and N a multiple of 2 * pairs_forward_vec (forward)
 // or even (backward); else "vec" (forward, N % forward_vec == 0); else "prefetch" (the
 // generic kernel prefetching each slice first: built, and the merged tensor reaches
-// CpuPrefetchBytes() > 0); else "lines" (forward: built, N >= 32 and CpuLines() == 1); else
-// "generic".
+// CpuPrefetchBytes() > 0); else "lines" (forward: built, CpuLines() == 1, N >= 64 and N % 32
+// != 0: rows that are not whole lines, psa_tvm.runtime.cpu.takes_lines); else "generic".
 struct CpuChoice {
   const CpuKernel* kernel = nullptr;
   const char* kind = "generic";
@@ -820,7 +820,7 @@ inline CpuChoice ChooseCpu(const Config& c, int pass, const Dims& d, const uintp
       ch.kernel = &s.forward_vec_kernel, ch.kind = "vec", ch.arg = d.n / s.forward_vec;
     } else if (prefetch && s.forward_prefetch.fn != nullptr) {
       ch.kernel = &s.forward_prefetch, ch.kind = "prefetch", ch.arg = d.n;
-    } else if (lines == 1 && s.forward_lines.fn != nullptr && d.n >= 32) {
+    } else if (lines == 1 && s.forward_lines.fn != nullptr && d.n >= 64 && d.n % 32 != 0) {
       ch.kernel = &s.forward_lines, ch.kind = "lines", ch.arg = d.n;
     } else {
       ch.kernel = &s.forward, ch.arg = d.n;
