@@ -1,17 +1,19 @@
 """The aligned-line 16-bit forward (``cpu_lines``) against the shipped ``cpu_shuffle`` forward
 and torch's ``copy_``, one process, per-round ratios (docs/perf.md v33).
 
-    python docs/bench-tails/v33/proto/lines_lib.py build DIR    # here (TVM): DIR/lines_<dtype>.so
+    python docs/bench-tails/v33/proto/lines_lib.py build DIR [--chunks 128 384]  # with TVM
     python docs/bench-tails/v33/proto/lines_lib.py run DIR [--threads 16] [--rounds 21]
 
-Each library holds both forwards of kd 32, nh 4 (the generic one for x86-64-v3 as shipped, the
-line kernel for x86-64-v4) and cpu_pool.cc; the regions run on torch's OpenMP threads, as in the
-library. Results are checked bit-exact first.
+Each library (DIR/lines_<dtype>.so) holds both forwards of kd 32, nh 4 (the generic one for
+x86-64-v3 as shipped, the line kernel for x86-64-v4: ``lines`` at the default chunk, ``lines_C``
+at each other chunk ``C`` asked for) and cpu_pool.cc; the regions run on torch's OpenMP
+threads, as in the library. Results are checked bit-exact first.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -21,7 +23,7 @@ SHAPES = ["20x20/b16", "40x40/b16", "20x15/b16", "20x12/b16", "40x23/b16", "37x2
           "40x23/b1", "37x29/b1", "20x15/b64", "37x29/b64"]
 
 
-def build(out_dir: Path) -> None:
+def build(out_dir: Path, chunks: list[int]) -> None:
     import tvm
 
     from psa_tvm.compiler.cpu import POOL_SOURCE, SHUFFLE, cpu_target
@@ -33,9 +35,14 @@ def build(out_dir: Path) -> None:
     for dtype in ("float16", "bfloat16"):
         config = OpConfig(32, 4, dtype)
         shipped = SHUFFLE.build("forward", config, SHUFFLE.default_params(config), name="shipped")
-        lines = rule.build(config, rule.default_params(config), name="lines")
+        default = rule.default_params(config)
+        lines = {"lines": rule.build(config, default, name="lines")}
+        for chunk in chunks:
+            if chunk != default.chunk:
+                lines[f"lines_{chunk}"] = rule.build(
+                    config, dataclasses.replace(default, chunk=chunk), name=f"lines_{chunk}")
         main = tvm.compile(tvm.IRModule({"shipped": shipped}), target=cpu_target())
-        v4 = tvm.compile(tvm.IRModule({"lines": lines}),
+        v4 = tvm.compile(tvm.IRModule(lines),
                          target=tvm.target.Target({"kind": "llvm", "mcpu": TARGET_MCPU}))
         main.mod.import_module(v4.mod)
         main.export_library(str(out_dir / f"lines_{dtype}.so"), addons=[str(POOL_SOURCE)],
@@ -63,14 +70,14 @@ def run(lib_dir: Path, threads: int, rounds: int, shapes: list[str]) -> None:
 
     torch.set_num_threads(threads)
     print(f"threads {threads}, rounds {rounds}; median per-round time / copy_ (p25-p75)")
-    print(f"{'dtype':9s} {'shape':10s} {'MB':>6s} {'copy us':>8s}  {'shipped':>16s}  "
-          f"{'lines':>16s}")
+    header = None
     for dtype_name in ("float16", "bfloat16"):
         path = lib_dir / f"lines_{dtype_name}.so"
         module = tvm_ffi.load_module(str(path))
         module["psa_tvm_own_pool"]()
         cpu_pool.share_torch_threads(path)
-        fns = {"shipped": module["shipped"], "lines": module["lines"]}
+        names = ["shipped", "lines", *(f"lines_{c}" for c in chunks_in(module))]
+        fns = {name: module[name] for name in names}
         dtype = getattr(torch, dtype_name)
         for shape in shapes:
             grid, batch_text = shape.split("/b")
@@ -88,11 +95,14 @@ def run(lib_dir: Path, threads: int, rounds: int, shapes: list[str]) -> None:
                 assert torch.equal(out5.view(torch.int16), ref.view(torch.int16)), (name, shape)
             ratios = {name: [] for name in fns}
             copies = []
-            names = list(fns)
+            if header is None:
+                header = (f"{'dtype':9s} {'shape':10s} {'MB':>6s} {'copy us':>8s}  "
+                          + "  ".join(f"{name:>16s}" for name in names))
+                print(header)
             for r in range(rounds):
                 copy = batch_s(lambda d=dst, s=src: d.copy_(s))
                 copies.append(copy)
-                for name in names[r % 2:] + names[:r % 2]:
+                for name in names[r % len(names):] + names[:r % len(names)]:
                     ratios[name].append(
                         batch_s(lambda f=fns[name], a=(lo, hi, out5, n): f(*a)) / copy)
 
@@ -101,8 +111,20 @@ def run(lib_dir: Path, threads: int, rounds: int, shapes: list[str]) -> None:
                 return f"{statistics.median(values):.2f} ({q[0]:.2f}-{q[2]:.2f})"
 
             print(f"{dtype_name:9s} {shape:10s} {ref.numel() * 2 / 1e6:6.2f} "
-                  f"{statistics.median(copies) * 1e6:8.1f}  {cell(ratios['shipped']):>16s}  "
-                  f"{cell(ratios['lines']):>16s}", flush=True)
+                  f"{statistics.median(copies) * 1e6:8.1f}  "
+                  + "  ".join(f"{cell(ratios[name]):>16s}" for name in names), flush=True)
+
+
+def chunks_in(module) -> list[int]:
+    """The other chunks built into ``module`` (``lines_C`` functions)."""
+    found = []
+    for chunk in (64, 96, 128, 160, 192, 224, 288, 320, 352, 384, 448, 512, 768, 1024, 1 << 20):
+        try:
+            module[f"lines_{chunk}"]
+        except (AttributeError, KeyError, RuntimeError, ValueError):
+            continue
+        found.append(chunk)
+    return found
 
 
 def main() -> None:
@@ -112,9 +134,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--shapes", nargs="+", default=SHAPES)
+    parser.add_argument("--chunks", nargs="+", type=int, default=[])
     args = parser.parse_args()
     if args.mode == "build":
-        build(args.dir)
+        build(args.dir, args.chunks)
     else:
         run(args.dir, args.threads, args.rounds, args.shapes)
 
