@@ -106,3 +106,15 @@ def rule_n_side_bytes(kernel, itemsize: int) -> float:
     if kernel.shifted:
         return 6 if kernel.vec == 1 else kernel.vec * itemsize + 1
     return kernel.vec * itemsize
+
+
+def cpu_has_avx512bw() -> bool:
+    """Whether this CPU has AVX-512BW and VL (the aligned-line CPU forward's instructions), from
+    /proc/cpuinfo; False where there is none."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return " avx512bw" in flags and " avx512vl" in flags
+

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import psa_tvm
 from psa_tvm import reference
-from tests.helpers import DTYPES, bitwise_equal, inputs, poisoned
+from tests.helpers import DTYPES, bitwise_equal, cpu_has_avx512bw, inputs, poisoned
 
 # Every key_dim and every num_heads of the op's range appears once, and each pair runs in every
 # dtype (not the full product: each new (key_dim, num_heads, dtype) is one LLVM compile).
@@ -530,16 +530,7 @@ def test_outputs_past_the_prefetch_size_are_exact(dtype):
 # that choice in both launch paths).
 
 
-def _has_avx512bw() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:
-        return False
-    return " avx512bw" in flags and " avx512vl" in flags
-
-
-needs_avx512 = pytest.mark.skipif(not _has_avx512bw(), reason="the CPU lacks AVX-512BW/VL")
+needs_avx512 = pytest.mark.skipif(not cpu_has_avx512bw(), reason="the CPU lacks AVX-512BW/VL")
 # Around a line (32), the chunk (256) and a chunk and a half (the last chunk takes the rest:
 # 383 is one chunk, 512 two, 767 two with a long last one); 300, 920, 1073: the benchmark's.
 LINES_NS = (1, 7, 31, 32, 33, 47, 63, 64, 65, 95, 255, 256, 257, 300, 383, 511, 512, 513,

@@ -27,7 +27,14 @@ from psa_tvm import reference
 from psa_tvm.errors import ArtifactNotFoundError
 from psa_tvm.runtime import native as native_rt
 from psa_tvm.runtime.cpu import takes_lines
-from tests.helpers import bitwise_equal, inputs, mutate_arguments, poisoned, untouched_memory
+from tests.helpers import (
+    bitwise_equal,
+    cpu_has_avx512bw,
+    inputs,
+    mutate_arguments,
+    poisoned,
+    untouched_memory,
+)
 
 KD, NH = 32, 4
 C = 2 * NH * KD
@@ -1227,15 +1234,6 @@ print("ok")
 """
 
 
-def _cpu_has_avx512bw() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:
-        return False
-    return " avx512bw" in flags and " avx512vl" in flags
-
-
 @pytest.mark.parametrize("setting", ["1", "0"])
 def test_line_forward_chosen_alike_and_exact(art, setting):
     """``PSA_TVM_CPU_LINES=1`` sends every 16-bit forward whose rows are not whole lines (``N >=
@@ -1243,7 +1241,7 @@ def test_line_forward_chosen_alike_and_exact(art, setting):
     library and in psa_tvm.runtime.cpu alike (one answer, ``psa_tvm_cpu_lines`` in
     cpu_pool.cc); float32, ``N`` 31, 33, 64 and 256 keep the generic kernel. Both paths
     bit-exact with canaries, outputs off line alignment and on it."""
-    if setting == "1" and not _cpu_has_avx512bw():
+    if setting == "1" and not cpu_has_avx512bw():
         pytest.skip("the CPU lacks AVX-512BW/VL")
     env = {**os.environ, "PSA_TVM_CPU_LINES": setting, "PSA_TVM_ARTIFACTS": str(art),
            "PSA_TVM_CPU_PREFETCH_BYTES": "0"}
