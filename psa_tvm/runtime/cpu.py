@@ -34,7 +34,8 @@ LINES_ROW_UNIT = 32
 
 
 def takes_lines(n: int) -> bool:
-    """Whether a 16-bit forward of ``N = n`` goes to the aligned-line kernel where it is there."""
+    """Whether a 16-bit forward of ``N = n`` takes the aligned-line kernel, on a CPU that runs
+    it (:func:`psa_tvm.runtime.cpu_pool.lines`) and a library that has it."""
     return n >= LINES_MIN_N and n % LINES_ROW_UNIT != 0
 
 
@@ -162,9 +163,9 @@ def forward_choice(forward_vec: int, pairs_forward_vec: int, n: int, words: bool
     (``forward_vec > 1`` and ``N % forward_vec == 0``), else ``"prefetch"`` (``prefetch``: the
     library has the prefetching kernels and the merged tensor reaches the host's
     ``psa_tvm_cpu_prefetch_bytes``), else ``"lines"`` (``lines``: the library has the
-    aligned-line forward and this CPU should run it, ``psa_tvm_cpu_lines``; :func:`takes_lines`),
-    else
-    ``"generic"``. The native library's CPU path makes the same choice (``plan_cpu_forward``)."""
+    aligned-line forward and this CPU should run it, ``psa_tvm_cpu_lines``; and
+    :func:`takes_lines`), else ``"generic"``. The native library's CPU path makes the same
+    choice (``plan_cpu_forward``)."""
     if pairs_forward_vec and n % (2 * pairs_forward_vec) == 0 and words:
         return "pairs", pairs_symbol("forward", pairs_forward_vec), n // (2 * pairs_forward_vec)
     if forward_vec > 1 and n % forward_vec == 0:

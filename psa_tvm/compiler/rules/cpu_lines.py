@@ -26,7 +26,8 @@ Offsets are taken from the element index, i.e. they are right when the merged te
 a 64-byte boundary (torch's CPU allocations do); elsewhere the same stores are merely unaligned.
 Needs AVX-512BW (the ``vpermt2w`` intrinsic): the kernel is built for its own LLVM target
 (:data:`TARGET_MCPU`) and the run time takes it only on CPUs that have it and where it was
-measured faster (:mod:`psa_tvm.runtime.cpu`). ``N < 32`` runs a scalar loop.
+measured faster: Intel's, for rows that are not whole lines (``N >= 64``, ``N % 32 != 0``;
+:func:`psa_tvm.runtime.cpu.takes_lines`). ``N < 32`` runs a scalar loop.
 """
 
 from __future__ import annotations
@@ -56,8 +57,10 @@ class CpuLinesParams:
     chunk: int = 256
     """Positions per chunk (a multiple of 32): a chunk's ``chunk * kd`` input elements are read
     once per pass of 8 channels, so they should stay in L1 (256 x 32 x 2 bytes = 16 KB).
-    Measured on the Xeon, 16 threads (docs/perf.md v33): 256 beat 128 and 512 at ``N`` 920 and
-    1073; at ``N`` 300 the whole row (one chunk, which any ``N < 2 * chunk`` gets) was best."""
+    Measured on the Xeon, 16 threads (docs/perf.md v33, the C prototype and this kernel): 256
+    within 0.08 of the best of 128, 384, 512 and whole rows in every 16-bit batch-16/64 row,
+    and 0.07-0.27 lower than 384 and up at ``N`` 920 and 1073. Any ``N < 2 * chunk`` is one
+    chunk."""
 
 
 def _i32(value: int) -> tirx.IntImm:
