@@ -548,20 +548,21 @@ def _lines_module(configs):
 
 
 @needs_avx512
-@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_line_forward_every_n_poisoned_and_misaligned(dtype):
-    """The aligned-line forward, compiled from the rule: every N in LINES_NS at kd 8, 16, 32,
-    64, 128 (one to 16 channel groups), B = 2; inputs one element off alignment and outputs at
-    element offsets 1, 17 (lines split differently) and 32 (64-byte aligned); poisoned outputs
-    with canaries."""
+    """The aligned-line forward, compiled from the rule: every N in LINES_NS (float32: and
+    15-17, 127-129, around its 16-element line and 128-position chunk) at kd 8 to 128 (one to
+    32 channel groups), B = 2; inputs one element off alignment and outputs at element offsets
+    1, 17 (lines split differently) and 32 (64-byte aligned); poisoned outputs with canaries."""
     from psa_tvm.config import OpConfig
 
     configs = [OpConfig(kd, 2, dtype) for kd in (8, 16, 32, 64, 128)]
+    ns = sorted({*LINES_NS, 15, 16, 17, 127, 128, 129} if dtype == "float32" else LINES_NS)
     module = _lines_module(configs)
     torch_dtype = DTYPES[dtype]
     for config in configs:
         kd = config.key_dim
-        for n in LINES_NS:
+        for n in ns:
             shape = half_shape(2, 2, 1, n, kd)
             lo, hi = _misaligned(shape, torch_dtype, n), _misaligned(shape, torch_dtype, n + 1)
             expected = reference.merge(lo, hi, 2, 1, n)
@@ -572,18 +573,22 @@ def test_line_forward_every_n_poisoned_and_misaligned(dtype):
                     kd, n, offset)
 
 
-def test_line_forward_supports_16_bit_groups_of_8_only():
+def test_line_forward_supports_whole_channel_groups_only():
     from psa_tvm.compiler.cpu import LINES
     from psa_tvm.compiler.rules.cpu_lines import CpuLinesParams
     from psa_tvm.config import OpConfig
 
     assert LINES.supports(OpConfig(32, 4, "float16")) and LINES.supports(OpConfig(8, 1, "bfloat16"))
-    assert not LINES.supports(OpConfig(32, 4, "float32"))
+    assert LINES.supports(OpConfig(4, 1, "float32"))
     assert not LINES.supports(OpConfig(12, 4, "float16"))
+    assert not LINES.supports(OpConfig(6, 4, "float32"))
+    assert LINES.default_params(OpConfig(32, 4, "float32")).chunk == 128
     with pytest.raises(ValueError, match="chunk"):
         LINES.build(OpConfig(32, 4, "float16"), CpuLinesParams(chunk=48), name="x")
-    with pytest.raises(ValueError, match="16-bit"):
-        LINES.build(OpConfig(32, 4, "float32"), CpuLinesParams(), name="x")
+    with pytest.raises(ValueError, match="chunk"):
+        LINES.build(OpConfig(32, 4, "float32"), CpuLinesParams(chunk=40), name="x")
+    with pytest.raises(ValueError, match="key_dim"):
+        LINES.build(OpConfig(12, 4, "float16"), CpuLinesParams(), name="x")
 
 
 def test_line_forward_stores_whole_lines_from_registers():

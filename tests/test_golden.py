@@ -10,6 +10,7 @@ tvm = pytest.importorskip("tvm")
 from tests.golden import (  # noqa: E402
     BAND_CONFIGS,
     CASES,
+    CPU_LINES_CASES,
     CPU_SHUFFLE_CASES,
     SHIFTED_PASSES,
     band_kernel,
@@ -64,7 +65,8 @@ def test_cpu_shuffle_kernel_matches_the_golden_file(name):
     assert cpu_shuffle_kernel(name).script() == golden_cpu_shuffle_path(name).read_text()
 
 
-def test_cpu_lines_kernel_matches_the_golden_file():
-    """The aligned-line 16-bit forward (chunks, passes of 8 channels, the ``vpermt2w`` joins,
-    the unaligned first, last and tail blocks), compared as text."""
-    assert cpu_lines_kernel().script() == golden_cpu_lines_path().read_text()
+@pytest.mark.parametrize("name", CPU_LINES_CASES)
+def test_cpu_lines_kernel_matches_the_golden_file(name):
+    """The aligned-line forward (chunks, passes of one channel group, the ``vpermt2w`` /
+    ``vpermt2d`` joins, the unaligned first, last and tail blocks), compared as text."""
+    assert cpu_lines_kernel(name).script() == golden_cpu_lines_path(name).read_text()

@@ -269,8 +269,10 @@ def test_cpu_kernels_exact_and_choice_agrees(art, lib, dtype, shape, offset):
         assert (got[0] == "pairs") == (aligned and n % (2 * facts.pairs_forward_vec) == 0)
     elif facts.forward_vec > 1 and n % facts.forward_vec == 0:
         assert got[0] == "vec"
-    else:  # the aligned-line forward where this CPU takes it (psa_tvm_cpu_lines), by N
-        assert got[0] == ("lines" if runtime.forward_lines_fn is not None and takes_lines(n)
+    else:  # the aligned-line forward where this CPU takes it (psa_tvm_cpu_lines), by call
+        itemsize = torch.tensor([], dtype=dtype).element_size()
+        takes = takes_lines(n, itemsize, out.tensor.numel() * itemsize)
+        assert got[0] == ("lines" if runtime.forward_lines_fn is not None and takes
                           else "generic")
     lib.merge_forward(lo, hi, out.tensor)
     assert bitwise_equal(out.tensor, expected) and out.canaries_intact()
@@ -1208,8 +1210,8 @@ art, kd, nh, setting = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sy
 lib = native_rt.load(art)
 for dtype in (torch.float32, torch.float16, torch.bfloat16):
     runtime = cpu_kernels(OpConfig(kd, nh, str(dtype).removeprefix("torch.")), art)
-    lines = setting == "1" and dtype != torch.float32
-    assert runtime.library.lines == (dtype != torch.float32), runtime.library
+    lines = setting == "1"
+    assert runtime.library.lines, runtime.library
     assert (runtime.forward_lines_fn is not None) == lines
     for batch, height, width in ((1, 1, 31), (1, 1, 33), (1, 1, 64), (1, 5, 13), (2, 20, 15),
                                  (1, 37, 29), (1, 16, 16), (1, 1, 513)):
@@ -1223,7 +1225,9 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
                 out5 = out.tensor.view(batch, nh, 2, kd, n)
                 want = list(runtime.plan_forward(lo, hi, out5, n))
                 got = list(lib.module["plan_cpu_forward"](lo, hi, out.tensor))
-                kind = "lines" if lines and takes_lines(n) else "generic"
+                itemsize = expected.element_size()
+                takes = takes_lines(n, itemsize, expected.numel() * itemsize)
+                kind = "lines" if lines and takes else "generic"
                 assert got == want and want[0] == kind, (got, want, kind)
                 if run == "native":
                     lib.merge_forward(lo, hi, out.tensor)
@@ -1236,11 +1240,11 @@ print("ok")
 
 @pytest.mark.parametrize("setting", ["1", "0"])
 def test_line_forward_chosen_alike_and_exact(art, setting):
-    """``PSA_TVM_CPU_LINES=1`` sends every 16-bit forward whose rows are not whole lines (``N >=
-    64``, ``N % 32 != 0``: takes_lines) to the aligned-line kernel and ``0`` none, in the native
-    library and in psa_tvm.runtime.cpu alike (one answer, ``psa_tvm_cpu_lines`` in
-    cpu_pool.cc); float32, ``N`` 31, 33, 64 and 256 keep the generic kernel. Both paths
-    bit-exact with canaries, outputs off line alignment and on it."""
+    """``PSA_TVM_CPU_LINES=1`` sends every forward whose rows are not whole lines (``N >= 64``,
+    ``N`` not a multiple of a line; takes_lines) to the aligned-line kernel and ``0`` none, in
+    the native library and in psa_tvm.runtime.cpu alike (one answer, ``psa_tvm_cpu_lines`` in
+    cpu_pool.cc); ``N`` 31, 33, 64 and 256 keep the generic kernel. Both paths bit-exact with
+    canaries, every dtype, outputs off line alignment and on it."""
     if setting == "1" and not cpu_has_avx512bw():
         pytest.skip("the CPU lacks AVX-512BW/VL")
     env = {**os.environ, "PSA_TVM_CPU_LINES": setting, "PSA_TVM_ARTIFACTS": str(art),

@@ -24,19 +24,23 @@ CPU_TARGET = "llvm"
 FORWARD_SYMBOL, BACKWARD_SYMBOL = "psa_merge_fwd_cpu", "psa_merge_bwd_cpu"
 #: The 16-bit forward with aligned whole-line stores (x86-64-v4; compiler/rules/cpu_lines.py).
 LINES_SYMBOL = f"{FORWARD_SYMBOL}_lines"
-#: The aligned-line forward runs for N >= LINES_MIN_N with N % LINES_ROW_UNIT != 0, i.e. where
-#: 16-bit rows are not whole 64-byte lines. Measured on the Xeon (docs/perf.md v33, 16 threads):
-#: where they are (N 192, 1600) the generic kernel's 32-byte stores never split a line and it ran
-#: level or up to 0.15 lower; below 64 positions (N 33) the line kernel's overlapping first and
-#: last blocks cost more than the splits (0.02-0.12 higher).
+#: Where the aligned-line forward runs (:func:`takes_lines`), measured on the Xeon (docs/perf.md
+#: v33, 16 threads): rows that are not whole 64-byte lines (where they are, N 192 and 1600 at
+#: 16 bits, the generic kernel's 32-byte stores never split a line and it ran level or up to
+#: 0.15 lower), N >= 64 (at N 33 the line kernel's overlapping first and last blocks cost more
+#: than the splits, 0.02-0.12), and for float32 only calls whose merged tensor has at most
+#: LINES_FLOAT32_MAX_BYTES (20x15/b16, 4.9 MB: 1.83 -> 1.28 and 1.88 -> 1.36 a copy_; from
+#: 15 MB up it ran up to 0.2 higher than the generic kernel).
 LINES_MIN_N = 64
-LINES_ROW_UNIT = 32
+LINES_FLOAT32_MAX_BYTES = 8 << 20
 
 
-def takes_lines(n: int) -> bool:
-    """Whether a 16-bit forward of ``N = n`` takes the aligned-line kernel, on a CPU that runs
-    it (:func:`psa_tvm.runtime.cpu_pool.lines`) and a library that has it."""
-    return n >= LINES_MIN_N and n % LINES_ROW_UNIT != 0
+def takes_lines(n: int, itemsize: int, merged_bytes: int) -> bool:
+    """Whether a forward of ``N = n`` (elements of ``itemsize`` bytes, a merged tensor of
+    ``merged_bytes``) takes the aligned-line kernel, on a CPU that runs it
+    (:func:`psa_tvm.runtime.cpu_pool.lines`) and a library that has it."""
+    return (n >= LINES_MIN_N and n % (64 // itemsize) != 0
+            and (itemsize == 2 or merged_bytes <= LINES_FLOAT32_MAX_BYTES))
 
 
 def forward_vec_symbol(vec: int) -> str:
@@ -138,8 +142,10 @@ class CpuKernels:
             words = _all_words((lo, hi, out5))
         vec = self.library.forward_vec if self.forward_vec_fn is not None else 1
         prefetch = self._prefetches(out5, self.forward_prefetch_fn is not None)
-        return (*forward_choice(vec, pairs_vec, n, words is not None, prefetch,
-                                self.forward_lines_fn is not None), words)
+        itemsize = self.config.itemsize
+        lines = self.forward_lines_fn is not None and takes_lines(
+            n, itemsize, math.prod(out5.shape) * itemsize)
+        return (*forward_choice(vec, pairs_vec, n, words is not None, prefetch, lines), words)
 
     def _backward_plan(self, g5: Any, d_lo: Any, d_hi: Any, n: int) -> tuple:
         words = None
@@ -163,16 +169,16 @@ def forward_choice(forward_vec: int, pairs_forward_vec: int, n: int, words: bool
     (``forward_vec > 1`` and ``N % forward_vec == 0``), else ``"prefetch"`` (``prefetch``: the
     library has the prefetching kernels and the merged tensor reaches the host's
     ``psa_tvm_cpu_prefetch_bytes``), else ``"lines"`` (``lines``: the library has the
-    aligned-line forward and this CPU should run it, ``psa_tvm_cpu_lines``; and
-    :func:`takes_lines`), else ``"generic"``. The native library's CPU path makes the same
-    choice (``plan_cpu_forward``)."""
+    aligned-line forward, this CPU should run it, ``psa_tvm_cpu_lines``, and the call is one
+    :func:`takes_lines` picks), else ``"generic"``. The native library's CPU path makes the
+    same choice (``plan_cpu_forward``)."""
     if pairs_forward_vec and n % (2 * pairs_forward_vec) == 0 and words:
         return "pairs", pairs_symbol("forward", pairs_forward_vec), n // (2 * pairs_forward_vec)
     if forward_vec > 1 and n % forward_vec == 0:
         return "vec", forward_vec_symbol(forward_vec), n // forward_vec
     if prefetch:
         return "prefetch", prefetch_symbol("forward"), n
-    if lines and takes_lines(n):
+    if lines:
         return "lines", LINES_SYMBOL, n
     return "generic", FORWARD_SYMBOL, n
 

@@ -171,16 +171,18 @@ def cpu_shuffle_kernel(name: str):
     return SHUFFLE.build(pass_, config, params, name=golden_cpu_shuffle_path(name).stem)
 
 
-#: The aligned-line 16-bit forward (cpu_lines), one channel group (kd 8).
-CPU_LINES_CONFIG = OpConfig(8, 1, "float16")
+#: The aligned-line forward (cpu_lines): one channel group of each element size.
+CPU_LINES_CASES = {"forward_float16": OpConfig(8, 1, "float16"),
+                   "forward_float32": OpConfig(4, 1, "float32")}
 
 
-def golden_cpu_lines_path() -> Path:
-    return GOLDEN_DIR / "cpu_lines_forward_float16.tvmscript"
+def golden_cpu_lines_path(name: str) -> Path:
+    return GOLDEN_DIR / f"cpu_lines_{name}.tvmscript"
 
 
-def cpu_lines_kernel():
+def cpu_lines_kernel(name: str):
     from psa_tvm.compiler.cpu import LINES
 
-    return LINES.build(CPU_LINES_CONFIG, LINES.default_params(CPU_LINES_CONFIG),
-                       name=golden_cpu_lines_path().stem)
+    config = CPU_LINES_CASES[name]
+    return LINES.build(config, LINES.default_params(config),
+                       name=golden_cpu_lines_path(name).stem)

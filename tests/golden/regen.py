@@ -5,6 +5,7 @@ from __future__ import annotations
 from tests.golden import (
     BAND_CONFIGS,
     CASES,
+    CPU_LINES_CASES,
     CPU_SHUFFLE_CASES,
     PARAM_CASES,
     SHIFTED_PASSES,
@@ -43,6 +44,7 @@ if __name__ == "__main__":
         path = golden_cpu_shuffle_path(name)
         path.write_text(cpu_shuffle_kernel(name).script())
         print(f"wrote {path}")
-    path = golden_cpu_lines_path()
-    path.write_text(cpu_lines_kernel().script())
-    print(f"wrote {path}")
+    for name in CPU_LINES_CASES:
+        path = golden_cpu_lines_path(name)
+        path.write_text(cpu_lines_kernel(name).script())
+        print(f"wrote {path}")

@@ -104,8 +104,8 @@ struct CpuSet {
   CpuKernel pairs_backward;     // (g32, d_lo32, d_hi32, N / 2)
   CpuKernel forward_prefetch;   // forward / backward prefetching each slice first (calls whose
   CpuKernel backward_prefetch;  // merged tensor reaches psa_tvm_cpu_prefetch_bytes())
-  CpuKernel forward_lines;      // 16-bit, aligned whole-line stores (x86-64-v4): N >= 64 and
-                                // N % 32 != 0, on CPUs that psa_tvm_cpu_lines() picks
+  CpuKernel forward_lines;      // aligned whole-line stores (x86-64-v4), on CPUs that
+                                // psa_tvm_cpu_lines() picks; the calls: ChooseCpu
 };
 
 struct Config {

@@ -768,8 +768,9 @@ struct SerialScope {
 // the run time: same data, last dim halved) and N a multiple of 2 * pairs_forward_vec (forward)
 // or even (backward); else "vec" (forward, N % forward_vec == 0); else "prefetch" (the
 // generic kernel prefetching each slice first: built, and the merged tensor reaches
-// CpuPrefetchBytes() > 0); else "lines" (forward: built, CpuLines() == 1, N >= 64 and N % 32
-// != 0: rows that are not whole lines, psa_tvm.runtime.cpu.takes_lines); else "generic".
+// CpuPrefetchBytes() > 0); else "lines" (forward: built, CpuLines() == 1, N >= 64, rows that
+// are not whole 64-byte lines and, float32, a merged tensor of at most 8 MiB:
+// psa_tvm.runtime.cpu.takes_lines); else "generic".
 struct CpuChoice {
   const CpuKernel* kernel = nullptr;
   const char* kind = "generic";
@@ -798,6 +799,9 @@ inline CpuChoice ChooseCpu(const Config& c, int pass, const Dims& d, const uintp
   }
   const bool prefetch = threshold > 0 && d.merged_numel * (c.dtype_bits / 8) >= threshold;
   const int lines = CpuLines();
+  const int64_t line = 512 / c.dtype_bits;  // elements of a 64-byte line
+  const bool lines_fit = d.n >= 64 && d.n % line != 0 &&
+                         (c.dtype_bits == 16 || d.merged_numel * (c.dtype_bits / 8) <= (8 << 20));
   if (lines < 0) {  // cpu_pool.cc: malformed, or 1 on a CPU without the instructions
     const char* value = std::getenv("PSA_TVM_CPU_LINES");
     if (lines == -2) {
@@ -820,7 +824,7 @@ inline CpuChoice ChooseCpu(const Config& c, int pass, const Dims& d, const uintp
       ch.kernel = &s.forward_vec_kernel, ch.kind = "vec", ch.arg = d.n / s.forward_vec;
     } else if (prefetch && s.forward_prefetch.fn != nullptr) {
       ch.kernel = &s.forward_prefetch, ch.kind = "prefetch", ch.arg = d.n;
-    } else if (lines == 1 && s.forward_lines.fn != nullptr && d.n >= 64 && d.n % 32 != 0) {
+    } else if (lines == 1 && s.forward_lines.fn != nullptr && lines_fit) {
       ch.kernel = &s.forward_lines, ch.kind = "lines", ch.arg = d.n;
     } else {
       ch.kernel = &s.forward, ch.arg = d.n;

@@ -23,7 +23,7 @@ SHAPES = ["20x20/b16", "40x40/b16", "20x15/b16", "20x12/b16", "40x23/b16", "37x2
           "40x23/b1", "37x29/b1", "20x15/b64", "37x29/b64"]
 
 
-def build(out_dir: Path, chunks: list[int]) -> None:
+def build(out_dir: Path, chunks: list[int], dtypes: list[str]) -> None:
     import tvm
 
     from psa_tvm.compiler.cpu import POOL_SOURCE, SHUFFLE, cpu_target
@@ -32,7 +32,7 @@ def build(out_dir: Path, chunks: list[int]) -> None:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     rule = CpuLines()
-    for dtype in ("float16", "bfloat16"):
+    for dtype in dtypes:
         config = OpConfig(32, 4, dtype)
         shipped = SHUFFLE.build("forward", config, SHUFFLE.default_params(config), name="shipped")
         default = rule.default_params(config)
@@ -62,7 +62,7 @@ def batch_s(fn, target_s: float = 0.003) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def run(lib_dir: Path, threads: int, rounds: int, shapes: list[str]) -> None:
+def run(lib_dir: Path, threads: int, rounds: int, shapes: list[str], dtypes: list[str]) -> None:
     import torch
     import tvm_ffi
 
@@ -71,7 +71,7 @@ def run(lib_dir: Path, threads: int, rounds: int, shapes: list[str]) -> None:
     torch.set_num_threads(threads)
     print(f"threads {threads}, rounds {rounds}; median per-round time / copy_ (p25-p75)")
     header = None
-    for dtype_name in ("float16", "bfloat16"):
+    for dtype_name in dtypes:
         path = lib_dir / f"lines_{dtype_name}.so"
         module = tvm_ffi.load_module(str(path))
         module["psa_tvm_own_pool"]()
@@ -83,6 +83,7 @@ def run(lib_dir: Path, threads: int, rounds: int, shapes: list[str]) -> None:
             grid, batch_text = shape.split("/b")
             height, width = map(int, grid.split("x"))
             batch, nh, kd, n = int(batch_text), 4, 32, height * width
+            bits = torch.int32 if dtype == torch.float32 else torch.int16
             lo = torch.randn(batch * nh, n, kd).to(dtype)
             hi = torch.randn(batch * nh, n, kd).to(dtype)
             ref = torch.stack([lo.view(batch, nh, n, kd), hi.view(batch, nh, n, kd)], 2)
@@ -92,7 +93,7 @@ def run(lib_dir: Path, threads: int, rounds: int, shapes: list[str]) -> None:
             for name, fn in fns.items():
                 out5.fill_(float("nan"))
                 fn(lo, hi, out5, n)
-                assert torch.equal(out5.view(torch.int16), ref.view(torch.int16)), (name, shape)
+                assert torch.equal(out5.view(bits), ref.view(bits)), (name, shape)
             ratios = {name: [] for name in fns}
             copies = []
             if header is None:
@@ -110,7 +111,7 @@ def run(lib_dir: Path, threads: int, rounds: int, shapes: list[str]) -> None:
                 q = statistics.quantiles(values, n=4)
                 return f"{statistics.median(values):.2f} ({q[0]:.2f}-{q[2]:.2f})"
 
-            print(f"{dtype_name:9s} {shape:10s} {ref.numel() * 2 / 1e6:6.2f} "
+            print(f"{dtype_name:9s} {shape:10s} {ref.numel() * ref.element_size() / 1e6:6.2f} "
                   f"{statistics.median(copies) * 1e6:8.1f}  "
                   + "  ".join(f"{cell(ratios[name]):>16s}" for name in names), flush=True)
 
@@ -135,11 +136,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--shapes", nargs="+", default=SHAPES)
     parser.add_argument("--chunks", nargs="+", type=int, default=[])
+    parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
     args = parser.parse_args()
     if args.mode == "build":
-        build(args.dir, args.chunks)
+        build(args.dir, args.chunks, args.dtypes)
     else:
-        run(args.dir, args.threads, args.rounds, args.shapes)
+        run(args.dir, args.threads, args.rounds, args.shapes, args.dtypes)
 
 
 if __name__ == "__main__":
