@@ -47,7 +47,7 @@ RULE = CpuTiled()
 # The register-tile transposes: the two kernels of every configuration whose kd is a whole number
 # of 128-bit lanes; RULE's kernel set (vec, pairs) only for the others.
 SHUFFLE = CpuShuffle()
-# The 16-bit forward with aligned whole-line stores, for x86-64-v4 (AVX-512BW), in the same
+# The forward with aligned whole-line stores, for x86-64-v4 (AVX-512BW), in the same
 # library: the run time takes it only on CPUs that have the instructions (cpu_pool.cc).
 LINES = CpuLines()
 # Editing the TensorIR, the schedule, the pool or this build must invalidate built libraries
@@ -75,7 +75,7 @@ class CpuKernelSet:
     pairs_forward_vec: int  # > 0 (16-bit): a forward kernel on words for N % (2 * it) == 0
     pairs_backward: bool  # 16-bit: a backward kernel on words for even N
     prefetch: bool = False  # both passes again, prefetching their slice first (large calls)
-    # The aligned-line 16-bit forward (symbol -> PrimFunc), compiled for lines_target(): the
+    # The aligned-line forward (symbol -> PrimFunc), compiled for lines_target(): the
     # run time takes it where psa_tvm_cpu_lines() says so (cpu_pool.cc).
     lines_funcs: dict = dataclasses.field(default_factory=dict)
 
@@ -171,8 +171,8 @@ def cpu_facts(config: OpConfig) -> dict:
 
 
 def _builds_lines(config: OpConfig) -> bool:
-    """Whether ``config``'s library holds the aligned-line forward: x86-64 builds (the
-    default target) of 16-bit types with ``kd`` a multiple of 8 that ``cpu_shuffle`` builds."""
+    """Whether ``config``'s library holds the aligned-line forward: x86-64 builds of the
+    configurations ``cpu_shuffle`` builds (``kd`` a whole number of 16-byte channel groups)."""
     return (platform.machine() in ("x86_64", "AMD64") and SHUFFLE.supports(config)
             and LINES.supports(config))
 

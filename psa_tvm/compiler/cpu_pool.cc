@@ -327,7 +327,7 @@ extern "C" __attribute__((visibility("default"))) int64_t psa_tvm_cpu_prefetch_b
 }
 
 // ------------------------------------------------------------------ aligned-line forward
-// `psa_tvm_cpu_lines()`: whether 16-bit forwards run the aligned-line kernel
+// `psa_tvm_cpu_lines()`: whether forwards run the aligned-line kernel
 // (psa_tvm/compiler/rules/cpu_lines.py, built for x86-64-v4): 1 yes, 0 no, -1
 // `PSA_TVM_CPU_LINES` is malformed, -2 it is `1` on a CPU without AVX-512BW/VL (the kernel would
 // fault). `auto` (or unset): Intel CPUs with AVX-512BW and VL, where it was measured faster

@@ -22,7 +22,7 @@ from psa_tvm.runtime.manifest import CpuLibrarySpec, Manifest
 
 CPU_TARGET = "llvm"
 FORWARD_SYMBOL, BACKWARD_SYMBOL = "psa_merge_fwd_cpu", "psa_merge_bwd_cpu"
-#: The 16-bit forward with aligned whole-line stores (x86-64-v4; compiler/rules/cpu_lines.py).
+#: The forward with aligned whole-line stores (x86-64-v4; compiler/rules/cpu_lines.py).
 LINES_SYMBOL = f"{FORWARD_SYMBOL}_lines"
 #: Where the aligned-line forward runs (:func:`takes_lines`), measured on the Xeon (docs/perf.md
 #: v33, 16 threads): rows that are not whole 64-byte lines (where they are, N 192 and 1600 at

@@ -143,7 +143,7 @@ def prefetch_bytes(library: str | os.PathLike) -> int:
 
 
 def lines(library: str | os.PathLike) -> bool:
-    """Whether 16-bit forwards take ``library``'s aligned-line kernel on this CPU (its
+    """Whether forwards take ``library``'s aligned-line kernel on this CPU (its
     ``psa_tvm_cpu_lines``, ``compiler/cpu_pool.cc``: ``$PSA_TVM_CPU_LINES``, else Intel CPUs with
     AVX-512BW/VL); False for a library without the query or not loaded. A value the library
     cannot follow (malformed, or ``1`` on a CPU without AVX-512BW/VL) raises ``ValueError``."""

@@ -22,7 +22,7 @@ Nothing else in the package reads ``os.environ``: a reader of this module sees e
 | ``PSA_TVM_CPU_PREFETCH_BYTES`` | CPU calls whose merged tensor has at least this many bytes |
 | | run the kernels that prefetch each slice first (read by ``compiler/cpu_pool.cc``; default: |
 | | a quarter of the L3; ``0``: never; digits only, else a ``ValueError`` before any launch) |
-| ``PSA_TVM_CPU_LINES`` | 16-bit CPU forwards on the aligned-line kernel (x86-64-v4): ``auto`` |
+| ``PSA_TVM_CPU_LINES`` | CPU forwards on the aligned-line kernel (x86-64-v4): ``auto`` |
 | | (default: Intel CPUs with AVX-512BW/VL), ``0`` (never), ``1`` (wherever the CPU has them; |
 | | a ``ValueError`` where it has not); read by ``compiler/cpu_pool.cc`` for both launch paths |
 | ``CXX`` | the C++ compiler that builds the native library (else ``g++``, then ``c++``) |

@@ -727,7 +727,7 @@ extern "C" int psa_tvm_pool_serial(int on);
 extern "C" int64_t psa_tvm_cpu_prefetch_bytes();
 extern "C" int psa_tvm_cpu_lines();
 namespace psa_native {
-// 1: 16-bit forwards take the aligned-line kernel; 0: not; -1 / -2: PSA_TVM_CPU_LINES is
+// 1: forwards take the aligned-line kernel; 0: not; -1 / -2: PSA_TVM_CPU_LINES is
 // malformed / asks for it on a CPU without AVX-512BW/VL (ChooseCpu throws). cpu_pool.cc.
 inline int CpuLines() { return psa_tvm_cpu_lines(); }
 // Calls whose merged tensor reaches this many bytes take the prefetching kernels (cpu_pool.cc
