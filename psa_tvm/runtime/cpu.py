@@ -119,13 +119,15 @@ class CpuKernels:
         else:
             self.backward_fn(g5, d_lo, d_hi, arg)
 
-    def _prefetches(self, merged: Any, has_kernel: bool) -> bool:
-        """Whether a call on ``merged`` (the ``[B, nh, 2, kd, N]`` tensor) takes the prefetching
-        kernel: the library has it and the tensor reaches :attr:`prefetch_bytes`."""
-        if not has_kernel or self.prefetch_bytes <= 0:
-            return False
-        # By shape: torch tensors, numpy arrays and other DLPack producers alike.
-        return math.prod(merged.shape) * self.config.itemsize >= self.prefetch_bytes
+    def _merged_bytes(self, merged: Any) -> int:
+        """Bytes of ``merged`` (the ``[B, nh, 2, kd, N]`` tensor), by shape: torch tensors,
+        numpy arrays and other DLPack producers alike."""
+        return math.prod(merged.shape) * self.config.itemsize
+
+    def _prefetches(self, merged_bytes: int, has_kernel: bool) -> bool:
+        """Whether a call on a merged tensor of ``merged_bytes`` takes the prefetching kernel:
+        the library has it and the tensor reaches :attr:`prefetch_bytes`."""
+        return has_kernel and 0 < self.prefetch_bytes <= merged_bytes
 
     def plan_forward(self, lo: Any, hi: Any, out5: Any, n: int) -> tuple[str, str, int]:
         """``(kind, symbol, last argument)`` that :meth:`forward` would run."""
@@ -141,17 +143,17 @@ class CpuKernels:
         if pairs_vec and n % (2 * pairs_vec) == 0:
             words = _all_words((lo, hi, out5))
         vec = self.library.forward_vec if self.forward_vec_fn is not None else 1
-        prefetch = self._prefetches(out5, self.forward_prefetch_fn is not None)
-        itemsize = self.config.itemsize
+        merged_bytes = self._merged_bytes(out5)
+        prefetch = self._prefetches(merged_bytes, self.forward_prefetch_fn is not None)
         lines = self.forward_lines_fn is not None and takes_lines(
-            n, itemsize, math.prod(out5.shape) * itemsize)
+            n, self.config.itemsize, merged_bytes)
         return (*forward_choice(vec, pairs_vec, n, words is not None, prefetch, lines), words)
 
     def _backward_plan(self, g5: Any, d_lo: Any, d_hi: Any, n: int) -> tuple:
         words = None
         if self.pairs_backward_fn is not None and n % 2 == 0:
             words = _all_words((g5, d_lo, d_hi))
-        prefetch = self._prefetches(g5, self.backward_prefetch_fn is not None)
+        prefetch = self._prefetches(self._merged_bytes(g5), self.backward_prefetch_fn is not None)
         return (*backward_choice(self.pairs_backward_fn is not None, n, words is not None,
                                  prefetch), words)
 

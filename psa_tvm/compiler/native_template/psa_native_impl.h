@@ -787,6 +787,16 @@ inline const CpuSet& CpuKernelsOf(const Config& c) {
   return *c.cpu;
 }
 
+// psa_tvm.runtime.cpu.takes_lines: N >= LINES_MIN_N, rows that are not whole 64-byte lines, and
+// for float32 a merged tensor of at most LINES_FLOAT32_MAX_BYTES.
+constexpr int64_t kLinesMinN = 64;
+constexpr int64_t kLinesFloat32MaxBytes = int64_t{8} << 20;
+inline bool TakesLines(const Config& c, const Dims& d) {
+  const int64_t line = 512 / c.dtype_bits;  // elements of a 64-byte line
+  return d.n >= kLinesMinN && d.n % line != 0 &&
+         (c.dtype_bits == 16 || d.merged_numel * (c.dtype_bits / 8) <= kLinesFloat32MaxBytes);
+}
+
 inline CpuChoice ChooseCpu(const Config& c, int pass, const Dims& d, const uintptr_t* ptrs) {
   const CpuSet& s = CpuKernelsOf(c);
   const int roles[2][3] = {{kLo, kHi, kOut}, {kG, kDlo, kDhi}};
@@ -799,9 +809,6 @@ inline CpuChoice ChooseCpu(const Config& c, int pass, const Dims& d, const uintp
   }
   const bool prefetch = threshold > 0 && d.merged_numel * (c.dtype_bits / 8) >= threshold;
   const int lines = CpuLines();
-  const int64_t line = 512 / c.dtype_bits;  // elements of a 64-byte line
-  const bool lines_fit = d.n >= 64 && d.n % line != 0 &&
-                         (c.dtype_bits == 16 || d.merged_numel * (c.dtype_bits / 8) <= (8 << 20));
   if (lines < 0) {  // cpu_pool.cc: malformed, or 1 on a CPU without the instructions
     const char* value = std::getenv("PSA_TVM_CPU_LINES");
     if (lines == -2) {
@@ -824,7 +831,7 @@ inline CpuChoice ChooseCpu(const Config& c, int pass, const Dims& d, const uintp
       ch.kernel = &s.forward_vec_kernel, ch.kind = "vec", ch.arg = d.n / s.forward_vec;
     } else if (prefetch && s.forward_prefetch.fn != nullptr) {
       ch.kernel = &s.forward_prefetch, ch.kind = "prefetch", ch.arg = d.n;
-    } else if (lines == 1 && s.forward_lines.fn != nullptr && lines_fit) {
+    } else if (lines == 1 && s.forward_lines.fn != nullptr && TakesLines(c, d)) {
       ch.kernel = &s.forward_lines, ch.kind = "lines", ch.arg = d.n;
     } else {
       ch.kernel = &s.forward, ch.arg = d.n;
