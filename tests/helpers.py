@@ -117,4 +117,3 @@ def cpu_has_avx512bw() -> bool:
     except OSError:
         return False
     return " avx512bw" in flags and " avx512vl" in flags
-

@@ -525,7 +525,7 @@ def test_outputs_past_the_prefetch_size_are_exact(dtype):
 
 
 # ----------------------------------------------------------------------- aligned-line forward
-# cpu_lines: the 16-bit forward with aligned whole-line stores, built for x86-64-v4 into the
+# cpu_lines: the forward with aligned whole-line stores, built for x86-64-v4 into the
 # same library; the run time takes it where psa_tvm_cpu_lines says (tests/test_native.py checks
 # that choice in both launch paths).
 

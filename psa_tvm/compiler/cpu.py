@@ -128,24 +128,29 @@ def scheduled_cpu_kernels(config: OpConfig, prefix: str = "") -> CpuKernelSet:
     return CpuKernelSet(funcs, vec, pairs_vec, pairs_vec > 0)
 
 
-def compile_kernels(kernels: CpuKernelSet) -> tvm.runtime.Module:
-    """The kernels compiled: the main set for :func:`cpu_target`, the aligned-line forward for
-    :func:`lines_target` in a module of its own, imported (export_library links both objects
-    into one library)."""
-    executable = tvm.compile(tvm.IRModule(kernels.funcs), target=cpu_target())
-    if kernels.lines_funcs:
-        lines = tvm.compile(tvm.IRModule(kernels.lines_funcs), target=lines_target())
-        executable.mod.import_module(lines.mod)
-    return executable
+def compile_modules(funcs: dict, lines_funcs: dict
+                    ) -> tuple[tvm.runtime.Module, tvm.runtime.Module | None]:
+    """``funcs`` compiled for :func:`cpu_target` and ``lines_funcs`` (aligned-line forwards)
+    for :func:`lines_target`: one LLVM module has one target, so two modules, the second None
+    without any line forward. Both the per-configuration libraries (:func:`compile_cpu`) and
+    the native library's objects (``psa_tvm.compiler.native.compile_cpu_object``) take them
+    from here."""
+    main = tvm.compile(tvm.IRModule(funcs), target=cpu_target()).mod
+    lines = (tvm.compile(tvm.IRModule(lines_funcs), target=lines_target()).mod
+             if lines_funcs else None)
+    return main, lines
 
 
 def compile_cpu(config: OpConfig, path: Path) -> None:
     """Compile both passes for LLVM and export them to ``path`` (a shared library)."""
-    executable = compile_kernels(scheduled_cpu_kernels(config))
+    kernels = scheduled_cpu_kernels(config)
+    module, lines = compile_modules(kernels.funcs, kernels.lines_funcs)
+    if lines is not None:
+        module.import_module(lines)  # export_library links both objects into one library
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp.so")
-    executable.export_library(str(tmp), addons=[str(POOL_SOURCE)],
-                              options=["-O2", "-pthread", "-ldl"])  # -ldl: dlopen in cpu_pool.cc
+    module.export_library(str(tmp), addons=[str(POOL_SOURCE)],
+                          options=["-O2", "-pthread", "-ldl"])  # -ldl: dlopen in cpu_pool.cc
     tmp.replace(path)  # atomic: a concurrent reader sees the old file or the whole new one
 
 

@@ -551,9 +551,7 @@ def compile_cpu_object(configs: list[OpConfig], path: Path) -> dict[OpConfig, di
     object files: ``path``, and the aligned-line forwards (x86-64-v4) in
     :func:`lines_object_path` where any configuration has one; returns per configuration the
     facts that choose among them and the run time's symbols (TVM needed here only)."""
-    import tvm
-
-    from psa_tvm.compiler.cpu import cpu_target, lines_target, scheduled_cpu_kernels
+    from psa_tvm.compiler.cpu import compile_modules, scheduled_cpu_kernels
 
     funcs, lines_funcs = {}, {}
     facts = {}
@@ -568,11 +566,10 @@ def compile_cpu_object(configs: list[OpConfig], path: Path) -> dict[OpConfig, di
                          "prefetch": kernels.prefetch, "lines": kernels.lines,
                          "symbols": sorted(name.removeprefix(prefix)
                                            for name in (*kernels.funcs, *kernels.lines_funcs))}
-    executable = tvm.compile(tvm.IRModule(funcs), target=cpu_target())
-    executable.mod.write_to_file(str(path))
-    if lines_funcs:
-        lines = tvm.compile(tvm.IRModule(lines_funcs), target=lines_target())
-        lines.mod.write_to_file(str(lines_object_path(path)))
+    module, lines = compile_modules(funcs, lines_funcs)
+    module.write_to_file(str(path))
+    if lines is not None:
+        lines.write_to_file(str(lines_object_path(path)))
     return facts
 
 

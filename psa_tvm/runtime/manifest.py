@@ -301,7 +301,7 @@ class CpuLibrarySpec:
     pairs_forward_vec: int = 0  # > 0: a 16-bit forward kernel on 32-bit words, N % (2*vec) == 0
     pairs_backward: bool = False  # a 16-bit backward kernel on 32-bit words, N even
     prefetch: bool = False  # both generic kernels again, prefetching each slice first
-    lines: bool = False  # the 16-bit aligned-line forward (x86-64-v4), where the CPU has it
+    lines: bool = False  # the aligned-line forward (x86-64-v4), where the CPU has it
 
     @classmethod
     def from_json(cls, root: Path, data: dict) -> CpuLibrarySpec:

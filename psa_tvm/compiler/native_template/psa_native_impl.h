@@ -787,8 +787,10 @@ inline const CpuSet& CpuKernelsOf(const Config& c) {
   return *c.cpu;
 }
 
-// psa_tvm.runtime.cpu.takes_lines: N >= LINES_MIN_N, rows that are not whole 64-byte lines, and
-// for float32 a merged tensor of at most LINES_FLOAT32_MAX_BYTES.
+// psa_tvm.runtime.cpu.takes_lines, its LINES_MIN_N and LINES_FLOAT32_MAX_BYTES as the two
+// constants below (tests/test_native.py checks that both paths plan alike): N >= kLinesMinN,
+// rows that are not whole 64-byte lines, and for float32 a merged tensor of at most
+// kLinesFloat32MaxBytes.
 constexpr int64_t kLinesMinN = 64;
 constexpr int64_t kLinesFloat32MaxBytes = int64_t{8} << 20;
 inline bool TakesLines(const Config& c, const Dims& d) {

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from nt_lib import case, cell, interleaved
+from nt_lib import case, cell, check_backward, interleaved
 
 SHAPES = ["20x20/b16", "40x23/b16", "37x29/b16", "40x40/b16", "40x40/b64"]
 NAMES = ["generic", "prefetch", "nt", "nt_prefetch"]
@@ -85,11 +85,7 @@ def run(lib_dir: Path, threads: int, rounds: int, shapes: list[str], dtypes: lis
             d_lo, d_hi = torch.empty_like(lo), torch.empty_like(hi)
             assert d_lo.data_ptr() % 64 == 0 and d_hi.data_ptr() % 64 == 0
             for name in NAMES:
-                d_lo.fill_(float("nan"))
-                d_hi.fill_(float("nan"))
-                module[name](ref, d_lo, d_hi, n)
-                assert torch.equal(d_lo.view(bits), lo.view(bits)), (name, shape)
-                assert torch.equal(d_hi.view(bits), hi.view(bits)), (name, shape)
+                check_backward(module[name], ref, lo, hi, d_lo, d_hi, n, bits, (name, shape))
             ratios, copies = interleaved(
                 {name: lambda f=module[name], a=(ref, d_lo, d_hi, n): f(*a) for name in NAMES},
                 ref, rounds)

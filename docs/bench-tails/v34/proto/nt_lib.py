@@ -109,6 +109,26 @@ def case(shape: str, dtype):
     return lo, hi, ref.transpose(-1, -2).contiguous(), n, bits
 
 
+def check_forward(fn, lo, hi, ref, out5, n: int, bits, where) -> None:
+    """``fn`` writes ``ref`` bit-exactly over a NaN-poisoned ``out5``."""
+    import torch
+
+    out5.fill_(float("nan"))
+    fn(lo, hi, out5, n)
+    assert torch.equal(out5.view(bits), ref.view(bits)), where
+
+
+def check_backward(fn, ref, lo, hi, d_lo, d_hi, n: int, bits, where) -> None:
+    """``fn`` writes ``lo`` and ``hi`` bit-exactly over NaN-poisoned ``d_lo`` and ``d_hi``."""
+    import torch
+
+    d_lo.fill_(float("nan"))
+    d_hi.fill_(float("nan"))
+    fn(ref, d_lo, d_hi, n)
+    assert torch.equal(d_lo.view(bits), lo.view(bits)), where
+    assert torch.equal(d_hi.view(bits), hi.view(bits)), where
+
+
 def interleaved(calls: dict, nbytes_of, rounds: int) -> tuple[dict, list]:
     """Per-round time ratios of each of ``calls`` (name -> no-argument callable) to torch's
     ``copy_`` of the same bytes (``nbytes_of``: a tensor of that size), in rotated order."""
@@ -155,9 +175,7 @@ def run(lib_dir: Path, threads: int, rounds: int, shapes: list[str], dtypes: lis
             out5 = torch.empty_like(ref)
             assert out5.data_ptr() % 64 == 0
             for name, fn in fns.items():
-                out5.fill_(float("nan"))
-                fn(lo, hi, out5, n)
-                assert torch.equal(out5.view(bits), ref.view(bits)), (name, shape)
+                check_forward(fn, lo, hi, ref, out5, n, bits, (name, shape))
             if header is None:
                 header = (f"{'dtype':9s} {'shape':10s} {'MB':>6s} {'copy us':>8s}  "
                           + "  ".join(f"{name:>16s}" for name in names))

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from nt_lib import case, cell, interleaved
+from nt_lib import case, cell, check_backward, check_forward, interleaved
 
 SHAPES = ["64x3/b16", "20x12/b16", "20x15/b16", "20x20/b16", "40x23/b16", "37x29/b16",
           "40x40/b16"]
@@ -61,14 +61,9 @@ def run(lib_dir: Path, threads: int, rounds: int, shapes: list[str], dtypes: lis
             out5 = torch.empty_like(ref)
             d_lo, d_hi = torch.empty_like(lo), torch.empty_like(hi)
             for kind in ("generic", "prefetch"):
-                out5.fill_(float("nan"))
-                module[f"forward_{kind}"](lo, hi, out5, n)
-                assert torch.equal(out5.view(bits), ref.view(bits)), (kind, shape)
-                d_lo.fill_(float("nan"))
-                d_hi.fill_(float("nan"))
-                module[f"backward_{kind}"](ref, d_lo, d_hi, n)
-                assert torch.equal(d_lo.view(bits), lo.view(bits)), (kind, shape)
-                assert torch.equal(d_hi.view(bits), hi.view(bits)), (kind, shape)
+                check_forward(module[f"forward_{kind}"], lo, hi, ref, out5, n, bits, (kind, shape))
+                check_backward(module[f"backward_{kind}"], ref, lo, hi, d_lo, d_hi, n, bits,
+                               (kind, shape))
             for pass_, args in (("forward", (lo, hi, out5, n)), ("backward", (ref, d_lo, d_hi, n))):
                 names = [f"{pass_}_generic", f"{pass_}_prefetch"]
                 ratios, copies = interleaved(
