@@ -840,6 +840,25 @@ def test_missing_compiler_says_what_to_install(monkeypatch):
         gen.find_toolchain()
 
 
+def test_line_rule_constants_come_from_the_python_run_time(monkeypatch):
+    """The native line rule (``TakesLines``) reads two constants that the generator writes from
+    ``psa_tvm.runtime.cpu`` (the header defines none): a change there changes the generated
+    source and the library's name, so no library keeps an old rule."""
+    from psa_tvm.compiler import native as gen
+    from psa_tvm.runtime import cpu as cpu_rt
+
+    assert gen._run_time_constants() == [
+        f"constexpr int64_t kLinesMinN = {cpu_rt.LINES_MIN_N};",
+        f"constexpr int64_t kLinesFloat32MaxBytes = {cpu_rt.LINES_FLOAT32_MAX_BYTES};"]
+    header = (gen.TEMPLATE_DIR / "psa_native_impl.h").read_text()
+    assert "kLinesMinN =" not in header and "kLinesFloat32MaxBytes =" not in header
+    before = gen._generator_digest()
+    monkeypatch.setattr(gen, "LINES_MIN_N", cpu_rt.LINES_MIN_N + 1)
+    assert gen._run_time_constants()[0] == (
+        f"constexpr int64_t kLinesMinN = {cpu_rt.LINES_MIN_N + 1};")
+    assert gen._generator_digest() != before
+
+
 def test_library_without_cuda_runs_on_the_cpu(small_artifacts, tmp_path, monkeypatch):
     """No CUDA toolkit: a CPU-only library, and a warning saying what to install."""
     from psa_tvm.compiler import native as gen

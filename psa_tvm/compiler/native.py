@@ -42,6 +42,8 @@ from psa_tvm.layouts import (
 from psa_tvm.runtime.cpu import (
     BACKWARD_SYMBOL,
     FORWARD_SYMBOL,
+    LINES_FLOAT32_MAX_BYTES,
+    LINES_MIN_N,
     LINES_SYMBOL,
     forward_vec_symbol,
     pairs_symbol,
@@ -85,7 +87,16 @@ def _generator_digest() -> bytes:
     # The layout family's tensor lists and kernel views (the stream tables are built from them).
     sha.update((here.parent / "layouts.py").read_bytes())
     sha.update((cpu_mcpu() or "").encode())
+    sha.update("\n".join(_run_time_constants()).encode())
     return sha.digest()
+
+
+def _run_time_constants() -> list[str]:
+    """The Python run time's launch-rule constants as C++, so that the native library's CPU
+    choice (``TakesLines`` in ``psa_native_impl.h``) and :func:`psa_tvm.runtime.cpu.takes_lines`
+    read the same values (tests/test_native.py checks that the two plan alike)."""
+    return [f"constexpr int64_t kLinesMinN = {LINES_MIN_N};",
+            f"constexpr int64_t kLinesFloat32MaxBytes = {LINES_FLOAT32_MAX_BYTES};"]
 
 
 def library_name(manifest_bytes: bytes) -> str:
@@ -308,7 +319,9 @@ def generate_source(root: Path, manifest: dict, cpu_objects: dict[OpConfig, dict
                       "static inline __int128 psa_min(__int128 a, __int128 b) "
                       "{ return a < b ? a : b; }",
                       "static inline __int128 psa_max(__int128 a, __int128 b) "
-                      "{ return a < b ? b : a; }", ""]
+                      "{ return a < b ? b : a; }", "",
+                      "// psa_tvm.runtime.cpu's LINES_MIN_N and LINES_FLOAT32_MAX_BYTES.",
+                      *_run_time_constants(), ""]
     skipped: list[_Skipped] = []
     builds: list[tuple[dict, list[str], list[tuple[str, str]]]] = []
     for build in manifest["builds"]:

@@ -787,12 +787,10 @@ inline const CpuSet& CpuKernelsOf(const Config& c) {
   return *c.cpu;
 }
 
-// psa_tvm.runtime.cpu.takes_lines, its LINES_MIN_N and LINES_FLOAT32_MAX_BYTES as the two
-// constants below (tests/test_native.py checks that both paths plan alike): N >= kLinesMinN,
-// rows that are not whole 64-byte lines, and for float32 a merged tensor of at most
-// kLinesFloat32MaxBytes.
-constexpr int64_t kLinesMinN = 64;
-constexpr int64_t kLinesFloat32MaxBytes = int64_t{8} << 20;
+// psa_tvm.runtime.cpu.takes_lines (tests/test_native.py checks that both paths plan alike):
+// N >= kLinesMinN, rows that are not whole 64-byte lines, and for float32 a merged tensor of at
+// most kLinesFloat32MaxBytes. The generator writes both constants from the Python run time's
+// (compiler/native.py, _run_time_constants), so the two paths share their values.
 inline bool TakesLines(const Config& c, const Dims& d) {
   const int64_t line = 512 / c.dtype_bits;  // elements of a 64-byte line
   return d.n >= kLinesMinN && d.n % line != 0 &&
