@@ -6,6 +6,7 @@ only)."""
 from __future__ import annotations
 
 import itertools
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -36,8 +37,10 @@ def test_default_params_fit_and_cover_the_measured_rows():
     assert half.min_n <= 40 * 23 <= half.max_n and single.min_n <= 20 * 15 <= single.max_n
     assert not single.min_n <= 8 * 37 <= single.max_n  # N = 296: measured to lose
     assert band.stage_vectors(HALF, half) == 8 and band.stage_vectors(FLOAT, single) == 5
-    assert len(band.default_params(FLOAT)) == 1  # float32 37x29: every band variant lost
     assert _pass_params(FLOAT, "backward") == []  # float32: every band backward lost
+    # Only float32 37x29's kernel hints its loads (without, the same kernel lost: v30, v35).
+    assert [p.l2_fetch for c in (HALF, FLOAT) for p in band.default_params(c)] == [
+        0] * len(band.default_params(HALF)) + [0, 128]
     assert band.default_params(OpConfig(16, 4, "float16")) == ()  # measured at key_dim 32 only
 
 
@@ -53,6 +56,41 @@ def test_the_37x29_kernels_split_the_calls_by_the_waves_they_fill():
     assert not any(band.dynamic_shared(HALF, p) for p in _pass_params(HALF, "forward"))
     spans = ((40, 66, 1), (88, 99, 1), (120, 132, 1), (248, 264, 2))  # B * nh, and waves
     _assert_spans(tail, spans)
+
+
+def _float32_tail(config: OpConfig):
+    (tail,) = [p for p in band.default_params(config) if p.min_n <= 37 * 29 <= p.max_n]
+    return tail
+
+
+def test_the_float32_37x29_kernel_fills_one_wave():
+    """float32 N = 1072-1080: 8-row bands at 4 CTAs an SM for 40-66 B * nh, one wave of 528
+    CTAs (v35; past it the shifted kernel won), with loads that bring whole lines into L2; 512
+    threads at 4 heads, 384 at the head counts where 512 spills."""
+    for num_heads, threads in ((4, 512), (2, 384), (6, 384)):
+        tail = _float32_tail(OpConfig(32, num_heads, "float32"))
+        assert (tail.rows, tail.threads, tail.ctas_per_sm, tail.l2_fetch) == (8, threads, 4, 128)
+        assert (tail.min_n, tail.max_n) == (1072, 1080) and not band.dynamic_shared(FLOAT, tail)
+        _assert_spans([tail], ((40, 66, 1),))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc to ask ptxas")
+@pytest.mark.parametrize("num_heads", [2, 4, 6])
+def test_the_float32_37x29_kernel_does_not_spill(tmp_path, num_heads):
+    """ptxas keeps the kernel in its registers at every YOLO head count (tests/test_build.py
+    checks every kernel of the 4-head builds; 512 threads spill at 2 and 6 heads)."""
+    from psa_tvm.compiler.lower import lower_cuda
+    from psa_tvm.compiler.nvcc import compile_source
+
+    config = OpConfig(32, num_heads, "float32")
+    params, name = _float32_tail(config), "tail_forward"
+    lowered = lower_cuda({name: band.band_forward(config, params, name)})
+    entry = lowered.kernels[name]["entry"]
+    source = tmp_path / "tail.cu"
+    source.write_text(band.patch_source(lowered.source, {entry: params}))
+    report = compile_source(source, ["sm_90"], "nvcc").resources[entry]["sm_90"]
+    assert report["spill_stores"] == report["spill_loads"] == report["stack_frame"] == 0, report
+    assert "ld.global.nc.L2::128B" in source.read_text()
 
 
 def _assert_spans(kernels, spans) -> None:
@@ -101,6 +139,8 @@ def test_the_band_backwards_split_the_calls_by_the_waves_they_fill():
     ({"threads": 512, "ctas_per_sm": 5}, "an SM holds"),
     ({"min_numel": 100, "max_numel": 99}, "are empty"),
     ({"pass_": "sideways"}, "not one of"),
+    ({"l2_fetch": 96}, "l2_fetch 96: not one of"),
+    ({"pass_": "backward", "l2_fetch": 128}, "forward only"),
 ])
 def test_fits_names_what_is_wrong(changes, why):
     assert why in band.fits(HALF, replace(_params(HALF), **changes))
@@ -115,6 +155,41 @@ def test_min_blocks_adds_the_resident_ctas_to_one_kernel():
     assert "__launch_bounds__(256) b_kernel(" in out
     with pytest.raises(ValueError, match="c_kernel"):
         band.min_blocks(source, {"c_kernel": 2})
+
+
+_TWO_KERNELS = ('extern "C" __global__ void __launch_bounds__(512) a_kernel(float* lo_flat_ptr,'
+                ' float* hi_flat_ptr);\n'
+                '__device__ int other;\n'
+                'extern "C" __global__ void __launch_bounds__(512) a_kernel(float* lo_flat_ptr,'
+                ' float* hi_flat_ptr) {\n'
+                '  *(float4*)(s + 0) = *(float4*)(lo_flat_ptr + ((t * 32) + (b * N)));\n'
+                '  *(float4*)(s + 4) = *(float4*)(hi_flat_ptr + (t * 32));\n}\n'
+                'extern "C" __global__ void __launch_bounds__(512) b_kernel(float* lo_flat_ptr,'
+                ' float* hi_flat_ptr) {\n'
+                '  *(float4*)(s + 0) = *(float4*)(lo_flat_ptr + (t * 32));\n}\n')
+
+
+def test_fetch_hints_route_one_kernels_loads_through_the_hinted_load():
+    out = band.fetch_hints(_TWO_KERNELS, {"a_kernel": 128, "b_kernel": 0})
+    a_body = out[out.index("a_kernel(float* lo_flat_ptr, float* hi_flat_ptr) {"):
+                 out.index("b_kernel(")]
+    assert "psa_ld_l2_128_float4(lo_flat_ptr + ((t * 32) + (b * N)))" in a_body
+    assert "psa_ld_l2_128_float4(hi_flat_ptr + (t * 32))" in a_body
+    assert "*(float4*)(lo_flat_ptr" not in a_body and "*(float4*)(hi_flat_ptr" not in a_body
+    assert out[out.index("b_kernel("):].count("*(float4*)(lo_flat_ptr + (t * 32))") == 1
+    # The loads are defined once, ahead of the first kernel (its declaration).
+    assert out.count("ld.global.nc.L2::128B.v4.f32") == 1
+    assert out.index("psa_ld_l2_128_float4(const void* p)") < out.index('extern "C"')
+    assert band.fetch_hints(_TWO_KERNELS, {"a_kernel": 0}) == _TWO_KERNELS
+    with pytest.raises(ValueError, match="c_kernel: no kernel definition"):
+        band.fetch_hints(_TWO_KERNELS, {"c_kernel": 128})
+
+
+def test_patch_source_bounds_and_hints_the_band_kernels():
+    params = replace(_params(FLOAT), ctas_per_sm=4, l2_fetch=256)
+    out = band.patch_source(_TWO_KERNELS, {"a_kernel": params})
+    assert out.count("__launch_bounds__(512, 4) a_kernel(") == 2
+    assert out.count("psa_ld_l2_256_float4(") == 3  # its definition and a_kernel's two loads
 
 
 @pytest.mark.parametrize("config", [HALF, FLOAT], ids=lambda c: c.tag)

@@ -83,10 +83,10 @@ def test_band_kernel_needs_16_byte_aligned_data(gpu_artifacts, config, pass_):
 
 
 # The grids at a band range: 1280x720 letterbox (40x23), 48x19 / 32x29 and 37x29 for
-# 16-bit, 640x480 (20x15) for float32 and 8x37 (N = 296) just outside its range; at batch 16,
-# 32 and 64, and for 37x29 (and the 16-bit backward's 40x23) the batches between, where the
-# kernels of one range split the calls.
-BAND_GRIDS = {2: ((40, 23), (48, 19), (32, 29), (37, 29)), 4: ((20, 15), (8, 37))}
+# 16-bit, 640x480 (20x15) and 37x29 for float32 and 8x37 (N = 296) just outside its range; at
+# batch 16, 32 and 64, and for 37x29 (and the 16-bit backward's 40x23) the batches between,
+# where the kernels of one range split the calls.
+BAND_GRIDS = {2: ((40, 23), (48, 19), (32, 29), (37, 29)), 4: ((20, 15), (8, 37), (37, 29))}
 BATCHES = {(37, 29): (10, 16, 17, 22, 24, 25, 30, 32, 33, 61, 62, 64, 66, 67),
            (40, 23): (16, 32, 58, 59, 64, 66, 67)}
 

@@ -270,9 +270,9 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
     source = out_dir / f"{request.stem}.cu"
     source.parent.mkdir(parents=True, exist_ok=True)
     bands = _band_kernels(request, scheduled)
-    source.write_text(band.min_blocks(
+    source.write_text(band.patch_source(
         pack_16bit_gathers(lowered.source, request.config.dtype),
-        {lowered.kernels[symbol]["entry"]: params.ctas_per_sm for symbol, params in bands.items()}))
+        {lowered.kernels[symbol]["entry"]: params for symbol, params in bands.items()}))
     compiled = compile_source(source, archs, compiler)
     rule = get_rule(request.schedule)
     params = request.resolved_params()

@@ -30,6 +30,13 @@ of the gradient is ``rows * N`` contiguous elements, read in address order, and 
 gathers one kd-side vector of its positions from the tile. A 16-bit band is 32 bytes of a
 position at 16 rows, a whole sector; at 32 rows, 64 bytes. It ships where it was measured to
 beat the shifted backward (docs/perf.md v29), by ``N`` range and call size like the forward.
+
+A forward may hint its stage loads to bring whole 128-byte lines into L2
+(:attr:`BandParams.l2_fetch`, PTX ``ld.global.nc.L2::128B``; :func:`fetch_hints` writes it into
+the generated CUDA, which TensorIR cannot express). A float32 band of 8 rows reads one 32-byte
+sector of each position's 128-byte input line, and the three other bands of the block read the
+other three later; fetched whole at the first miss, the line is in L2 for them, as a 16-bit
+16-row band's two sectors a line are (docs/perf.md v35: float32 16x37x29 1.08 -> 1.01x a copy).
 """
 
 from __future__ import annotations
@@ -55,6 +62,8 @@ _RESERVED_SMEM_BYTES = 1024
 #: (tests/test_build.py: no band kernel spills).
 _MAX_STAGE_VECTORS = 8
 _MAX_THREADS_PER_SM = 2048
+#: The L2 fetch-size hints PTX offers a global load (0: none).
+_L2_FETCH_BYTES = (0, 64, 128, 256)
 
 
 PASSES = ("forward", "backward")
@@ -88,6 +97,9 @@ class BandParams:
     """Merged elements up to which the kernel runs (0: any call from ``min_numel``). A band
     kernel is at its best where its bands fill whole waves of :attr:`ctas`; the variants of one
     ``N`` range split the call sizes between them by that (:func:`default_params`)."""
+    l2_fetch: int = 0
+    """Forward only: bytes (64, 128 or 256) of the L2 fetch-size hint on the stage loads
+    (``ld.global.nc.L2::{l2_fetch}B``, :func:`fetch_hints`); 0: plain loads."""
 
     @property
     def ctas(self) -> int:
@@ -146,8 +158,14 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
       240: level). 32-row bands in 69 KB of dynamic shared memory ran 1.00 at 128 rows and
       ``N = 1073`` but 1.05-1.16 at ``N`` 1072 and 1080 (v28), and are not built;
     - float32 ``N`` 297-303 (20x15) from 2M (batch 32 at 4 heads). Not float32 ``N = 296``,
-      where TVM's kernel ran 1.09-1.11x a copy against the shipped 1.02-1.03x, nor float32
-      37x29, where 8-row bands read a quarter of each input line (1.09-1.25 against 1.05-1.07).
+      where TVM's kernel ran 1.09-1.11x a copy against the shipped 1.02-1.03x;
+    - float32 ``N`` 1072-1080 (37x29) at 40-66 ``B * nh`` (one wave of 528 CTAs): 8-row bands
+      at 4 x 512 threads (4 x 384 at other head counts, where 512 spills) whose loads bring
+      whole lines into L2 (``l2_fetch`` 128; v35: 16x37x29
+      1.01x a copy against the shifted kernel's 1.04, N 1072-1080 1.01-1.03 against 1.04-1.07,
+      nh 2 32x 1.01 against 1.07, nh 6 10x 0.78 against 0.80). Without the hint the same
+      kernel read each line's four sectors in four misses and ran 1.08 (v30, v35). Past one
+      wave it lost (17x 0.95 against 0.89, 32x 1.10 against 1.06).
 
     Backwards, 16-bit only (v29, calls 1-4; against the shifted backward):
 
@@ -168,8 +186,13 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
         return ()
     if config.itemsize == 2:
         return _forwards_16bit(config) + _backwards_16bit(config)
+    # 512 threads at 4 heads; at 2 and 6 ptxas spills that kernel (120 bytes in 32 registers)
+    # and 384 threads (40 registers) do not, 0.01-0.03 behind 512 at 4 heads (v35, call 7).
+    tail_threads = 512 if config.num_heads == 4 else 384
     return (BandParams(rows=32, threads=512, ctas_per_sm=2, min_n=297, max_n=303,
-                       min_numel=1 << 21),)
+                       min_numel=1 << 21),
+            BandParams(rows=8, threads=tail_threads, ctas_per_sm=4, min_n=_TAIL_N[0],
+                       max_n=_TAIL_N[1], l2_fetch=128, **_call_sizes(config, _TAIL_N, 40, 66)))
 
 
 def _call_sizes(config: OpConfig, n_range: tuple[int, int], first: int, last: int
@@ -245,6 +268,10 @@ def fits(config: OpConfig, params: BandParams) -> str | None:
                 f"{_MAX_THREADS_PER_SM} an SM holds")
     if params.max_numel and params.max_numel < params.min_numel:
         return f"call sizes {params.min_numel}..{params.max_numel} are empty"
+    if params.l2_fetch not in _L2_FETCH_BYTES:
+        return f"l2_fetch {params.l2_fetch}: not one of {_L2_FETCH_BYTES}"
+    if params.l2_fetch and params.pass_ != "forward":
+        return "l2_fetch: the backward's loads take no hint (forward only)"
     return None
 
 
@@ -431,6 +458,71 @@ def min_blocks(source: str, entries: dict[str, int]) -> str:
     return source
 
 
+#: A 16-byte load of a band forward's input in TVM's CUDA: ``*(float4*)(lo_flat_ptr + i)``
+#: (``uint4`` for 16-bit types); the cast's operand runs to its closing parenthesis.
+_STAGE_LOAD = re.compile(r"\*\((float4|uint4)\*\)\(((?:lo|hi)_flat_ptr) \+ ")
+_ENTRY = re.compile(r'extern "C" __global__ void __launch_bounds__\([^)]*\) (\w+)\(')
+
+
+def _hint_helpers(fetch: int) -> str:
+    """``psa_ld_l2_{fetch}_{float4,uint4}``: a non-coherent 16-byte global load with the hint."""
+    out = []
+    for vtype, (suffix, reg) in {"float4": ("f32", "f"), "uint4": ("u32", "r")}.items():
+        out.append(
+            f"__device__ __forceinline__ {vtype} psa_ld_l2_{fetch}_{vtype}(const void* p) {{\n"
+            f"  {vtype} v;\n"
+            f'  asm("ld.global.nc.L2::{fetch}B.v4.{suffix} {{%0, %1, %2, %3}}, [%4];"\n'
+            f'      : "={reg}"(v.x), "={reg}"(v.y), "={reg}"(v.z), "={reg}"(v.w) : "l"(p));\n'
+            f"  return v;\n}}\n")
+    return "".join(out)
+
+
+def fetch_hints(source: str, entries: dict[str, int]) -> str:
+    """Route each input load of the kernels of ``entries`` (device entry -> ``l2_fetch``
+    bytes) through a load that carries the L2 fetch-size hint, and define those loads once
+    ahead of the first kernel. Entries with 0 and the rest of ``source`` are left as they are."""
+    wanted = {entry: fetch for entry, fetch in entries.items() if fetch}
+    if not wanted:
+        return source
+    starts = [(m.start(), m.group(1)) for m in _ENTRY.finditer(source)]
+    bodies = {}  # entry -> (start, end) of its definition: from its signature to the next one's
+    for (start, entry), (end, _) in zip(starts, [*starts[1:], (len(source), "")], strict=True):
+        if source.find("{", start, end) != -1 and entry in wanted:
+            bodies[entry] = (start, end)
+    if missing := sorted(set(wanted) - set(bodies)):
+        raise ValueError(f"{', '.join(missing)}: no kernel definition in the source")
+    out, pos = [], 0
+    for entry, (start, end) in sorted(bodies.items(), key=lambda item: item[1]):
+        out.append(source[pos:start])
+        body, count, at = source[start:end], 0, 0
+        while match := _STAGE_LOAD.search(body, at):
+            depth, i = 1, match.end()
+            while depth:
+                depth += {"(": 1, ")": -1}.get(body[i], 0)
+                i += 1
+            vtype, pointer = match.groups()
+            body = (f"{body[:match.start()]}psa_ld_l2_{wanted[entry]}_{vtype}({pointer} + "
+                    f"{body[match.end():i - 1]}){body[i:]}")
+            at, count = match.start() + 1, count + 1
+        if not count:
+            raise ValueError(f"{entry}: no input load to hint")
+        out.append(body)
+        pos = end
+    out.append(source[pos:])
+    first = starts[0][0]
+    helpers = "".join(_hint_helpers(f) for f in sorted(set(wanted.values())))
+    patched = "".join(out)
+    return patched[:first] + helpers + patched[first:]
+
+
+def patch_source(source: str, kernels: dict[str, BandParams]) -> str:
+    """What the band kernels (device entry -> params) need of TVM's CUDA beyond TensorIR: the
+    resident CTAs in ``__launch_bounds__`` (:func:`min_blocks`) and the loads' L2 fetch hint
+    (:func:`fetch_hints`)."""
+    source = min_blocks(source, {entry: p.ctas_per_sm for entry, p in kernels.items()})
+    return fetch_hints(source, {entry: p.l2_fetch for entry, p in kernels.items()})
+
+
 def band_pass(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
     """The band kernel of ``params.pass_``."""
     builder = band_forward if params.pass_ == "forward" else band_backward
@@ -438,4 +530,5 @@ def band_pass(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
 
 
 __all__ = ["PASSES", "BandParams", "band_backward", "band_forward", "band_pass",
-           "default_params", "fits", "min_blocks", "rank", "shared_bytes", "stage_vectors"]
+           "default_params", "fetch_hints", "fits", "min_blocks", "patch_source", "rank",
+           "shared_bytes", "stage_vectors"]
