@@ -15,6 +15,8 @@ bands at 5-6 and 4-row bands at 8 spill in the registers their CTAs leave: not b
 
 from __future__ import annotations
 
+import itertools
+import re
 import sys
 from pathlib import Path
 
@@ -24,22 +26,61 @@ from psa_tvm.config import OpConfig
 
 #: (rows, threads, CTAs per SM) at N 1065-1080, float32
 VARIANTS = [(8, 512, 4), (8, 384, 4), (8, 320, 4)]
+#: Call 7: the same kernels with their stage loads hinted to fetch whole lines into L2 (PTX
+#: ``ld.global.nc.L2::128B`` / ``::256B``): the first of a unit's four bands to miss a line
+#: brings all four sectors, which the other three then find in L2, as a 16-bit band's
+#: two-sector reads do (None: the plain kernel).
+HINTS = [None, "128B", "256B"]
+
+_LOAD = re.compile(r"\*\(float4\*\)\(((?:lo|hi)_flat_ptr) \+ ")
+_HELPERS = """
+__device__ __forceinline__ float4 psa_ld_hint_128B(const float* p) {
+  float4 v;
+  asm("ld.global.nc.L2::128B.v4.f32 {%0, %1, %2, %3}, [%4];"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ float4 psa_ld_hint_256B(const float* p) {
+  float4 v;
+  asm("ld.global.nc.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+  return v;
+}
+"""
+
+
+def hint_loads(source: str, hint: str) -> str:
+    """Every ``*(float4*)(lo_flat_ptr + i)`` / ``hi_flat_ptr`` load of ``source`` through the
+    ``hint`` helper (the band forward reads its inputs only in its stage loads)."""
+    out, pos = [], 0
+    while match := _LOAD.search(source, pos):
+        depth, i = 1, match.end()
+        while depth:  # the index expression ends at the paren that closes the cast's operand
+            depth += {"(": 1, ")": -1}.get(source[i], 0)
+            i += 1
+        out.append(source[pos:match.start()])
+        out.append(f"psa_ld_hint_{hint}({match.group(1)} + {source[match.end():i - 1]})")
+        pos = i
+    out.append(source[pos:])
+    return "".join(out)
 
 
 def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     config = OpConfig(32, 4, "float32")
     sources, launchers, names = [], [], []
-    for rows, threads, ctas in VARIANTS:
+    for (rows, threads, ctas), hint in itertools.product(VARIANTS, HINTS):
         params = band.BandParams(rows=rows, threads=threads, ctas_per_sm=ctas, min_n=1065,
                                  max_n=1080, min_numel=0)
         if (why := band.fits(config, params)) is not None:
             print(f"skip r{rows} t{threads} c{ctas}: {why}")
             continue
-        name = f"b35_f_r{rows}_t{threads}_c{ctas}_n1065to1080"
+        name = f"b35_f_r{rows}_t{threads}_c{ctas}{'_' + hint if hint else ''}_n1065to1080"
         lowered = lower_cuda({name: band.band_forward(config, params, name)})
         smem = lowered.kernels[name]["dynamic_smem_bytes"]
         source = band.min_blocks(lowered.source, {f"{name}_kernel": ctas})
+        if hint:
+            source = hint_loads(source, hint)
         # One translation unit: the extern shared arrays of the kernels must not share a name.
         sources.append(source.replace("tile_alloc_ptr", f"{name}_tile"))
         units = f"rows * {2 * config.key_dim // rows}"
@@ -57,6 +98,8 @@ def main(out: Path) -> None:
         names.append(name)
         print(name, "stage", band.stage_vectors(config, params), "dynamic smem", smem)
     first, *rest = sources
+    head = first.index('extern "C" __global__')
+    first = first[:head] + _HELPERS + first[head:]
     kernels = [s[s.index('extern "C" __global__'):] for s in rest]
     (out / "band35.cu").write_text("\n".join([first, *kernels, *launchers]))
     (out / "band35.so.txt").write_text("\n".join(names) + "\n")
