@@ -68,9 +68,10 @@ def test_the_float32_37x29_kernel_fills_one_wave():
     CTAs (v35; past it the shifted kernel won), with loads that bring whole lines into L2; 512
     threads at 4 heads, 384 at the head counts where 512 spills."""
     for num_heads, threads in ((4, 512), (2, 384), (6, 384)):
-        tail = _float32_tail(OpConfig(32, num_heads, "float32"))
+        config = OpConfig(32, num_heads, "float32")
+        tail = _float32_tail(config)
         assert (tail.rows, tail.threads, tail.ctas_per_sm, tail.l2_fetch) == (8, threads, 4, 128)
-        assert (tail.min_n, tail.max_n) == (1072, 1080) and not band.dynamic_shared(FLOAT, tail)
+        assert (tail.min_n, tail.max_n) == (1072, 1080) and not band.dynamic_shared(config, tail)
         _assert_spans([tail], ((40, 66, 1),))
 
 

@@ -161,11 +161,11 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
       where TVM's kernel ran 1.09-1.11x a copy against the shipped 1.02-1.03x;
     - float32 ``N`` 1072-1080 (37x29) at 40-66 ``B * nh`` (one wave of 528 CTAs): 8-row bands
       at 4 x 512 threads (4 x 384 at other head counts, where 512 spills) whose loads bring
-      whole lines into L2 (``l2_fetch`` 128; v35: 16x37x29
-      1.01x a copy against the shifted kernel's 1.04, N 1072-1080 1.01-1.03 against 1.04-1.07,
-      nh 2 32x 1.01 against 1.07, nh 6 10x 0.78 against 0.80). Without the hint the same
-      kernel read each line's four sectors in four misses and ran 1.08 (v30, v35). Past one
-      wave it lost (17x 0.95 against 0.89, 32x 1.10 against 1.06).
+      whole lines into L2 (``l2_fetch`` 128; v35: 16x37x29 1.01x a copy against the shifted
+      kernel's 1.04, N 1072-1080 1.01-1.03 against 1.04-1.07, nh 2 32x 1.01 against 1.07,
+      nh 6 10x 0.78 against 0.80). Without the hint the same kernel read each line's four
+      sectors in four misses and ran 1.08 (v30, v35). Past one wave it lost (17x 0.95 against
+      0.89, 32x 1.10 against 1.06).
 
     Backwards, 16-bit only (v29, calls 1-4; against the shifted backward):
 

@@ -27,8 +27,9 @@ from psa_tvm.config import OpConfig
 #: (rows, threads, CTAs per SM) at N 1065-1080, float32
 VARIANTS = [(8, 512, 4), (8, 384, 4), (8, 320, 4)]
 #: Call 7: the same kernels with their stage loads hinted to fetch whole lines into L2 (PTX
-#: ``ld.global.nc.L2::128B`` / ``::256B``): the first of a unit's four bands to miss a line
-#: brings all four sectors, which the other three then find in L2, as a 16-bit band's
+#: ``ld.global.nc.L2::128B`` / ``::256B``; what ran, before the library took it as
+#: ``BandParams.l2_fetch`` and ``band.fetch_hints``): the first of a unit's four bands to miss
+#: a line brings all four sectors, which the other three then find in L2, as a 16-bit band's
 #: two-sector reads do (None: the plain kernel).
 HINTS = [None, "128B", "256B"]
 
