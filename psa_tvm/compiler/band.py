@@ -49,6 +49,7 @@ from tvm.script import tirx as T
 from tvm.tirx import PrimFunc
 
 from psa_tvm.compiler.compute import parses_tvmscript
+from psa_tvm.compiler.cuda_fixups import split_args
 from psa_tvm.config import OpConfig
 
 _STATIC_SMEM_BYTES = 48 * 1024
@@ -459,7 +460,8 @@ def min_blocks(source: str, entries: dict[str, int]) -> str:
 
 
 #: A 16-byte load of a band forward's input in TVM's CUDA: ``*(float4*)(lo_flat_ptr + i)``
-#: (``uint4`` for 16-bit types); the cast's operand runs to its closing parenthesis.
+#: (``uint4`` for 16-bit types); the cast's operand runs to its closing parenthesis
+#: (:func:`psa_tvm.compiler.cuda_fixups.split_args`).
 _STAGE_LOAD = re.compile(r"\*\((float4|uint4)\*\)\(((?:lo|hi)_flat_ptr) \+ ")
 _ENTRY = re.compile(r'extern "C" __global__ void __launch_bounds__\([^)]*\) (\w+)\(')
 
@@ -493,21 +495,15 @@ def fetch_hints(source: str, entries: dict[str, int]) -> str:
         raise ValueError(f"{', '.join(missing)}: no kernel definition in the source")
     out, pos = [], 0
     for entry, (start, end) in sorted(bodies.items(), key=lambda item: item[1]):
-        out.append(source[pos:start])
-        body, count, at = source[start:end], 0, 0
-        while match := _STAGE_LOAD.search(body, at):
-            depth, i = 1, match.end()
-            while depth:
-                depth += {"(": 1, ")": -1}.get(body[i], 0)
-                i += 1
-            vtype, pointer = match.groups()
-            body = (f"{body[:match.start()]}psa_ld_l2_{wanted[entry]}_{vtype}({pointer} + "
-                    f"{body[match.end():i - 1]}){body[i:]}")
-            at, count = match.start() + 1, count + 1
-        if not count:
+        loads = list(_STAGE_LOAD.finditer(source, start, end))
+        if not loads:
             raise ValueError(f"{entry}: no input load to hint")
-        out.append(body)
-        pos = end
+        for match in loads:
+            # The cast's operand, "(lo_flat_ptr + i)": its '(' is just before the pointer.
+            (operand,), past = split_args(source, match.start(2))
+            out.append(source[pos:match.start()])
+            out.append(f"psa_ld_l2_{wanted[entry]}_{match.group(1)}({operand})")
+            pos = past
     out.append(source[pos:])
     first = starts[0][0]
     helpers = "".join(_hint_helpers(f) for f in sorted(set(wanted.values())))

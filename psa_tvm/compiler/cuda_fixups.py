@@ -9,8 +9,9 @@ _COMPONENTS = {"uint2": 2, "uint4": 4}
 _CTOR = re.compile(r"make_(uint2|uint4)\(")
 
 
-def _split_args(text: str, start: int) -> tuple[list[str], int]:
-    """Top-level comma-separated arguments of the call whose '(' is at ``start - 1``."""
+def split_args(text: str, start: int) -> tuple[list[str], int]:
+    """Top-level comma-separated arguments of the call (or parenthesis) whose '(' is at
+    ``start - 1``, and the index just past its ')'."""
     depth, args, begin = 0, [], start
     for i in range(start, len(text)):
         char = text[i]
@@ -40,7 +41,7 @@ def pack_16bit_gathers(source: str, dtype: str) -> str:
         return source
     out, pos = [], 0
     while match := _CTOR.search(source, pos):
-        args, end = _split_args(source, match.end())
+        args, end = split_args(source, match.end())
         out.append(source[pos:match.end()])
         if len(args) == 2 * _COMPONENTS[match.group(1)]:
             pairs = [f"{pack}({args[i]},{args[i + 1]})" for i in range(0, len(args), 2)]
