@@ -137,6 +137,11 @@ def dynamic_shared(config: OpConfig, params: BandParams) -> bool:
 #: ``N`` in it up to 132 (``133 * 1072 > 132 * 1080``), and within a row of them for 248-264:
 #: it is ``B * nh`` that fills the waves.
 _TAIL_N = (1072, 1080)
+#: float32 20x15's ``N`` range (v27), split by call size like 37x29's: ``303 / 297`` keeps the
+#: limits within a row of the same ``B * nh`` at every ``N`` up to 264.
+_F32_20X15_N = (297, 303)
+#: 16-bit 20x20's, for YOLO11x's 6 heads at batch 64: narrow for the same reason.
+_X640_N = (399, 401)
 
 
 def default_params(config: OpConfig) -> tuple[BandParams, ...]:
@@ -158,8 +163,19 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
       rows: 0.80 against 0.74; 100 rows: 0.90 against 0.85; 224 rows: 1.08 against 1.06;
       240: level). 32-row bands in 69 KB of dynamic shared memory ran 1.00 at 128 rows and
       ``N = 1073`` but 1.05-1.16 at ``N`` 1072 and 1080 (v28), and are not built;
-    - float32 ``N`` 297-303 (20x15) from 2M (batch 32 at 4 heads). Not float32 ``N = 296``,
-      where TVM's kernel ran 1.09-1.11x a copy against the shipped 1.02-1.03x;
+    - 16-bit ``N`` 399-401 (20x20: YOLO11x at 640 px, 6 heads) at 360-396 ``B * nh`` (batch
+      60-66 at 6 heads): 16-row bands at 6 x 256 threads, two waves of 792 CTAs (v36, call 1:
+      batch 64 1.00x a copy against the tiled kernel's 1.03, 19x21 1.02 against the shifted
+      kernel's 1.14). 32-row bands at 6 CTAs an SM, one wave, spill and ran 1.34-1.50;
+    - float32 ``N`` 297-303 (20x15), three kernels by call size, their loads hinted like
+      37x29's (v36, call 1; against the tiled kernel and v27's 32-row band): 8-row bands at 4
+      CTAs an SM for 32-65 ``B * nh`` (one wave of 528 CTAs), 384 threads at 4 heads and 256
+      at others (16x20x15 0.99x a copy against 1.02, 12x 1.02 against 1.11, N 297 and 303
+      0.99-1.01 against 1.13-1.15; nh 2 32x 0.99 against 1.10, nh 6 10x 1.02 against 1.05);
+      16-row bands at 4 x 512 threads for 67-264 (up to two waves: 24x 0.97 against 1.05, 32x
+      0.95 against the 32-row band's 1.01, 64x 1.00 against 1.01; 17x level at 1.06); and the
+      32-row band at 2 x 512 from 270 (v27). Not float32 ``N = 296``, where TVM's kernel ran
+      1.09-1.11x a copy against the shipped 1.02-1.03x;
     - float32 ``N`` 1072-1080 (37x29) at 40-66 ``B * nh`` (one wave of 528 CTAs): 8-row bands
       at 4 x 512 threads (4 x 384 at other head counts, where 512 spills) whose loads bring
       whole lines into L2 (``l2_fetch`` 128; v35: 16x37x29 1.01x a copy against the shifted
@@ -190,8 +206,16 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
     # 512 threads at 4 heads; at 2 and 6 ptxas spills that kernel (120 bytes in 32 registers)
     # and 384 threads (40 registers) do not, 0.01-0.03 behind 512 at 4 heads (v35, call 7).
     tail_threads = 512 if config.num_heads == 4 else 384
-    return (BandParams(rows=32, threads=512, ctas_per_sm=2, min_n=297, max_n=303,
-                       min_numel=1 << 21),
+    # 384 threads measured at 4 heads only, 256 at 2, 4 and 6 (v36, call 1: 0.02 behind 384).
+    small_threads = 384 if config.num_heads == 4 else 256
+    hinted = dict(min_n=_F32_20X15_N[0], max_n=_F32_20X15_N[1], l2_fetch=128)
+    return (BandParams(rows=8, threads=small_threads, ctas_per_sm=4, **hinted,
+                       **_call_sizes(config, _F32_20X15_N, 32, 65)),
+            BandParams(rows=16, threads=512, ctas_per_sm=4, **hinted,
+                       **_call_sizes(config, _F32_20X15_N, 67, 264)),
+            BandParams(rows=32, threads=512, ctas_per_sm=2, min_n=_F32_20X15_N[0],
+                       max_n=_F32_20X15_N[1],
+                       min_numel=_call_sizes(config, _F32_20X15_N, 270, 270)["min_numel"]),
             BandParams(rows=8, threads=tail_threads, ctas_per_sm=4, min_n=_TAIL_N[0],
                        max_n=_TAIL_N[1], l2_fetch=128, **_call_sizes(config, _TAIL_N, 40, 66)))
 
@@ -208,6 +232,8 @@ def _call_sizes(config: OpConfig, n_range: tuple[int, int], first: int, last: in
 def _forwards_16bit(config: OpConfig) -> tuple[BandParams, ...]:
     tail = dict(min_n=_TAIL_N[0], max_n=_TAIL_N[1])
     return (BandParams(),
+            BandParams(rows=16, threads=256, ctas_per_sm=6, min_n=_X640_N[0], max_n=_X640_N[1],
+                       **_call_sizes(config, _X640_N, 360, 396)),
             BandParams(rows=8, threads=512, ctas_per_sm=4, **tail,
                        **_call_sizes(config, _TAIL_N, 40, 66)),
             BandParams(rows=16, threads=512, ctas_per_sm=3, **tail,
