@@ -59,13 +59,18 @@ def test_the_37x29_kernels_split_the_calls_by_the_waves_they_fill():
     _assert_spans(tail, spans)
 
 
-def test_the_16bit_20x20_kernel_fills_two_waves_at_6_heads_batch_64():
-    """16-bit N = 399-401 (YOLO11x at 640 px): 16-row bands at 6 x 256 threads for 360-396
-    B * nh, two waves of 792 CTAs (v36; below and above, the tiled kernel)."""
-    (x640,) = [p for p in _pass_params(HALF, "forward") if p.min_n <= 20 * 20 <= p.max_n]
-    assert (x640.rows, x640.threads, x640.ctas_per_sm, x640.l2_fetch) == (16, 256, 6, 0)
-    assert (x640.min_n, x640.max_n) == (399, 401) and not band.dynamic_shared(HALF, x640)
-    _assert_spans([x640], ((360, 396, 2),))
+def test_the_16bit_20x20_kernels_fill_whole_waves_at_6_heads():
+    """16-bit N = 399-401 (YOLO11x at 640 px): at 6 x 256 threads, 8-row bands for 88-99
+    B * nh (one wave of 792 CTAs, batch 16 at 6 heads) and 16-row bands for 360-396 (two
+    waves, batch 64); the sizes between and around keep the tiled kernel (v36)."""
+    small, large = [p for p in _pass_params(HALF, "forward") if p.min_n <= 20 * 20 <= p.max_n]
+    for params, rows in ((small, 8), (large, 16)):
+        assert (params.rows, params.threads, params.ctas_per_sm, params.l2_fetch) == (
+            rows, 256, 6, 0)
+        assert (params.min_n, params.max_n) == (399, 401)
+        assert not band.dynamic_shared(HALF, params)
+    assert small.max_numel < large.min_numel
+    _assert_spans([small, large], ((88, 99, 1), (360, 396, 2)))
 
 
 def test_the_float32_20x15_kernels_split_the_calls_by_the_waves_they_fill():

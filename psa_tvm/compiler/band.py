@@ -163,10 +163,14 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
       rows: 0.80 against 0.74; 100 rows: 0.90 against 0.85; 224 rows: 1.08 against 1.06;
       240: level). 32-row bands in 69 KB of dynamic shared memory ran 1.00 at 128 rows and
       ``N = 1073`` but 1.05-1.16 at ``N`` 1072 and 1080 (v28), and are not built;
-    - 16-bit ``N`` 399-401 (20x20: YOLO11x at 640 px, 6 heads) at 360-396 ``B * nh`` (batch
-      60-66 at 6 heads): 16-row bands at 6 x 256 threads, two waves of 792 CTAs (v36, call 1:
-      batch 64 1.00x a copy against the tiled kernel's 1.03, 19x21 1.02 against the shifted
-      kernel's 1.14). 32-row bands at 6 CTAs an SM, one wave, spill and ran 1.34-1.50;
+    - 16-bit ``N`` 399-401 (20x20: YOLO11x at 640 px, 6 heads), two kernels at 6 x 256
+      threads (v36, calls 1 and 4; against the tiled kernel): 8-row bands for 88-99 ``B * nh``
+      (batch 16 at 6 heads, one wave of 792 CTAs: 0.96-0.97x a copy against 1.02-1.03), and
+      16-row bands for 360-396 (batch 60-66, two waves: batch 64 1.00 against 1.03, 19x21 1.02
+      against the shifted kernel's 1.14). 16-row bands also won at 144 and 192 (0.97 against
+      1.02-1.03; not built: unmeasured between 200 and 359, where the second wave is partial);
+      8-row bands lost past one wave (1.10-1.17), 32-row bands at 6 CTAs an SM spill (1.34-1.50)
+      and every 16-bit band backward at 20x20 lost (1.03-1.62 against 1.02-1.06);
     - float32 ``N`` 297-303 (20x15), three kernels by call size, their loads hinted like
       37x29's (v36, call 1; against the tiled kernel and v27's 32-row band): 8-row bands at 4
       CTAs an SM for 32-65 ``B * nh`` (one wave of 528 CTAs), 384 threads at 4 heads and 256
@@ -231,8 +235,11 @@ def _call_sizes(config: OpConfig, n_range: tuple[int, int], first: int, last: in
 
 def _forwards_16bit(config: OpConfig) -> tuple[BandParams, ...]:
     tail = dict(min_n=_TAIL_N[0], max_n=_TAIL_N[1])
+    x640 = dict(min_n=_X640_N[0], max_n=_X640_N[1])
     return (BandParams(),
-            BandParams(rows=16, threads=256, ctas_per_sm=6, min_n=_X640_N[0], max_n=_X640_N[1],
+            BandParams(rows=8, threads=256, ctas_per_sm=6, **x640,
+                       **_call_sizes(config, _X640_N, 88, 99)),
+            BandParams(rows=16, threads=256, ctas_per_sm=6, **x640,
                        **_call_sizes(config, _X640_N, 360, 396)),
             BandParams(rows=8, threads=512, ctas_per_sm=4, **tail,
                        **_call_sizes(config, _TAIL_N, 40, 66)),
