@@ -137,17 +137,18 @@ def dynamic_shared(config: OpConfig, params: BandParams) -> bool:
 #: ``N`` in it up to 132 (``133 * 1072 > 132 * 1080``), and within a row of them for 248-264:
 #: it is ``B * nh`` that fills the waves.
 _TAIL_N = (1072, 1080)
-#: float32 20x15's ``N`` range (v27), split by call size like 37x29's: ``303 / 297`` keeps the
-#: limits within a row of the same ``B * nh`` at every ``N`` up to 264.
+#: float32 20x15's ``N`` range (v27), split by call size like 37x29's. ``303 / 297`` moves the
+#: limits, taken at the range's ends, by up to a row of ``B * nh`` at 65 and five at 264.
 _F32_20X15_N = (297, 303)
-#: 16-bit 20x20's, for YOLO11x's 6 heads at batch 64: narrow for the same reason.
+#: 16-bit 20x20's, for YOLO11x's 6 heads at batch 16 and 64: narrow, so that its limits fall
+#: within a row of the same ``B * nh`` at every ``N`` in it.
 _X640_N = (399, 401)
 
 
 def default_params(config: OpConfig) -> tuple[BandParams, ...]:
     """The band kernels measured to win (H200, key_dim 32), forwards then backwards.
 
-    Forwards (docs/perf.md v26 calls 2-4, v27, v28):
+    Forwards (docs/perf.md v26 calls 2-4, v27, v28, v35, v36):
 
     - 16-bit ``N`` 897-960 (40x23, 48x19, 32x29, 30x30, 31x29) from 8M merged elements (batch
       64 at 4 and 6 heads);
@@ -164,7 +165,7 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
       240: level). 32-row bands in 69 KB of dynamic shared memory ran 1.00 at 128 rows and
       ``N = 1073`` but 1.05-1.16 at ``N`` 1072 and 1080 (v28), and are not built;
     - 16-bit ``N`` 399-401 (20x20: YOLO11x at 640 px, 6 heads), two kernels at 6 x 256
-      threads (v36, calls 1 and 4; against the tiled kernel): 8-row bands for 88-99 ``B * nh``
+      threads (v36, calls 1, 4 and 5; against the tiled kernel): 8-row bands for 88-99 ``B * nh``
       (batch 16 at 6 heads, one wave of 792 CTAs: 0.96-0.97x a copy against 1.02-1.03), and
       16-row bands for 360-396 (batch 60-66, two waves: batch 64 1.00 against 1.03, 19x21 1.02
       against the shifted kernel's 1.14). 16-row bands also won at 144 and 192 (0.97 against
