@@ -65,6 +65,8 @@ _MAX_STAGE_VECTORS = 8
 _MAX_THREADS_PER_SM = 2048
 #: The L2 fetch-size hints PTX offers a global load (0: none).
 _L2_FETCH_BYTES = (0, 64, 128, 256)
+#: The alignment of a shared array in TVM's CUDA (``alignas(64)``), to which ptxas pads it.
+_TILE_ALIGN_BYTES = 64
 
 
 PASSES = ("forward", "backward")
@@ -122,8 +124,17 @@ def stage_vectors(config: OpConfig, params: BandParams) -> int:
     return -(-params.max_n * params.rows // (vector_width(config) * params.threads))
 
 
+def tile_elements(config: OpConfig, params: BandParams) -> int:
+    """Elements of the shared ``[rows, max_n]`` tile, rounded up to a whole multiple of
+    :data:`_TILE_ALIGN_BYTES`: TVM declares the array ``alignas(64)`` and ptxas allocates the
+    rounded size (a 16-bit tile of 8 x 401 elements, 6,416 bytes, takes 6,464), so the
+    manifest's shared bytes and the occupancy :func:`fits` checks are what the GPU gives."""
+    per_unit = _TILE_ALIGN_BYTES // config.itemsize
+    return -(-params.rows * params.max_n // per_unit) * per_unit
+
+
 def shared_bytes(config: OpConfig, params: BandParams) -> int:
-    return params.rows * params.max_n * config.itemsize
+    return tile_elements(config, params) * config.itemsize
 
 
 def dynamic_shared(config: OpConfig, params: BandParams) -> bool:
@@ -321,7 +332,7 @@ class _Shape(NamedTuple):
     step: int  # positions between a thread's stage vectors (and gathered positions)
     L: int  # stage vectors a thread
     ctas: int  # the persistent grid's CTAs
-    tile_elems: int  # elements of the shared [rows, max_n] tile
+    tile_elems: int  # elements of the shared [rows, max_n] tile, 64-byte rounded
     scope: str  # the tile's: static or dynamic shared memory
 
 
@@ -329,7 +340,7 @@ def _shape(config: OpConfig, params: BandParams) -> _Shape:
     V, R = vector_width(config), params.rows
     return _Shape(V=V, R=R, BV=R // V, bands=config.key_dim // R, threads=params.threads,
                   step=params.threads // (R // V), L=stage_vectors(config, params),
-                  ctas=params.ctas, tile_elems=R * params.max_n,
+                  ctas=params.ctas, tile_elems=tile_elements(config, params),
                   scope="shared.dyn" if dynamic_shared(config, params) else "shared")
 
 
@@ -561,4 +572,4 @@ def band_pass(config: OpConfig, params: BandParams, name: str) -> PrimFunc:
 
 __all__ = ["PASSES", "BandParams", "band_backward", "band_forward", "band_pass",
            "default_params", "fetch_hints", "fits", "min_blocks", "patch_source", "rank",
-           "shared_bytes", "stage_vectors"]
+           "shared_bytes", "stage_vectors", "tile_elements"]

@@ -112,17 +112,18 @@ def shifted_kernel(pass_: str):
 
 
 #: The band kernels (psa_tvm/compiler/band.py), hand-written TIR like the shifted kernels, at
-#: default params (key_dim 32: the only one they build for): the first forward of each element
-#: size, the 8-row 16-bit one of 37x29 (one kd-side vector a position), and the 16-bit
-#: backwards of 40x23 and of 37x29 (32 rows: a tile in dynamic shared memory). Name ->
+#: default params (key_dim 32: the only one they build for): the 16-bit 40x23 forward, the
+#: 32-row float32 20x15 one, the 8-row 16-bit one of 37x29 (one kd-side vector a position),
+#: and the 16-bit backwards of 40x23 and of 37x29 (32 rows: a tile in dynamic shared memory).
+#: Name ->
 #: (config, index into band.default_params).
 BAND_CONFIGS = {"float16": (OpConfig(32, 4, "float16"), 0),
-                "float32": (OpConfig(32, 4, "float32"), 0),
-                "float16_rows8": (OpConfig(32, 4, "float16"), 1),
+                "float32": (OpConfig(32, 4, "float32"), 2),
+                "float16_rows8": (OpConfig(32, 4, "float16"), 3),
                 # A forward tile past 48 KB, in dynamic shared memory (v28's probes; none built).
                 "float16_rows32": (OpConfig(32, 4, "float16"), None),
-                "backward_float16": (OpConfig(32, 4, "float16"), 5),
-                "backward_float16_rows32": (OpConfig(32, 4, "float16"), 6)}
+                "backward_float16": (OpConfig(32, 4, "float16"), 7),
+                "backward_float16_rows32": (OpConfig(32, 4, "float16"), 8)}
 #: The params of "float16_rows32" (BandParams' fields, the TVM-free way).
 ROWS32_DYNAMIC = {"rows": 32, "threads": 768, "ctas_per_sm": 2, "min_n": 1073, "max_n": 1079,
                   "min_numel": 0}
