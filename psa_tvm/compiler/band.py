@@ -224,13 +224,12 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
     tail_threads = 512 if config.num_heads == 4 else 384
     # 384 threads measured at 4 heads only, 256 at 2, 4 and 6 (v36, call 1: 0.02 behind 384).
     small_threads = 384 if config.num_heads == 4 else 256
-    hinted = dict(min_n=_F32_20X15_N[0], max_n=_F32_20X15_N[1], l2_fetch=128)
-    return (BandParams(rows=8, threads=small_threads, ctas_per_sm=4, **hinted,
+    small = dict(min_n=_F32_20X15_N[0], max_n=_F32_20X15_N[1])
+    return (BandParams(rows=8, threads=small_threads, ctas_per_sm=4, l2_fetch=128, **small,
                        **_call_sizes(config, _F32_20X15_N, 32, 65)),
-            BandParams(rows=16, threads=512, ctas_per_sm=4, **hinted,
+            BandParams(rows=16, threads=512, ctas_per_sm=4, l2_fetch=128, **small,
                        **_call_sizes(config, _F32_20X15_N, 67, 264)),
-            BandParams(rows=32, threads=512, ctas_per_sm=2, min_n=_F32_20X15_N[0],
-                       max_n=_F32_20X15_N[1],
+            BandParams(rows=32, threads=512, ctas_per_sm=2, **small,
                        min_numel=_call_sizes(config, _F32_20X15_N, 270, 270)["min_numel"]),
             BandParams(rows=8, threads=tail_threads, ctas_per_sm=4, min_n=_TAIL_N[0],
                        max_n=_TAIL_N[1], l2_fetch=128, **_call_sizes(config, _TAIL_N, 40, 66)))

@@ -115,8 +115,7 @@ def shifted_kernel(pass_: str):
 #: default params (key_dim 32: the only one they build for): the 16-bit 40x23 forward, the
 #: 32-row float32 20x15 one, the 8-row 16-bit one of 37x29 (one kd-side vector a position),
 #: and the 16-bit backwards of 40x23 and of 37x29 (32 rows: a tile in dynamic shared memory).
-#: Name ->
-#: (config, index into band.default_params).
+#: Name -> (config, index into band.default_params).
 BAND_CONFIGS = {"float16": (OpConfig(32, 4, "float16"), 0),
                 "float32": (OpConfig(32, 4, "float32"), 2),
                 "float16_rows8": (OpConfig(32, 4, "float16"), 3),
