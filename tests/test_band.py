@@ -59,24 +59,43 @@ def test_the_37x29_kernels_split_the_calls_by_the_waves_they_fill():
     _assert_spans(tail, spans)
 
 
+def _first_rows(params, n: int) -> int:
+    """The smallest ``B * nh`` a kernel runs for at ``N = n``."""
+    return -(-params.min_numel // (2 * HALF.key_dim * n))
+
+
 def test_the_16bit_20x20_kernels_fill_whole_waves_at_6_heads():
     """16-bit N = 399-401 (YOLO11x at 640 px): at 6 x 256 threads, 8-row bands for 88-99
-    B * nh (one wave of 792 CTAs, batch 16 at 6 heads) and 16-row bands for 360-396 (two
-    waves, batch 64); the sizes between and around keep the tiled kernel (v36)."""
+    B * nh (one wave of 792 CTAs, batch 16 at 6 heads) and 16-row bands from 120 on (v36,
+    v37's sweep); the sizes between and below keep the tiled kernel."""
     small, large = [p for p in _pass_params(HALF, "forward") if p.min_n <= 20 * 20 <= p.max_n]
     for params, rows in ((small, 8), (large, 16)):
         assert (params.rows, params.threads, params.ctas_per_sm, params.l2_fetch) == (
             rows, 256, 6, 0)
         assert (params.min_n, params.max_n) == (399, 401)
         assert not band.dynamic_shared(HALF, params)
-    assert small.max_numel < large.min_numel
-    _assert_spans([small, large], ((88, 99, 1), (360, 396, 2)))
+    assert small.max_numel < large.min_numel and large.max_numel == 0
+    _assert_spans([small], ((88, 99, 1),))
+    assert all(_first_rows(large, n) == 120 for n in (399, 400, 401))
+
+
+def test_the_16bit_20x15_kernel_runs_from_120_rows():
+    """16-bit N = 297-303: the 20x20 kernel's 16-row bands from 120 B * nh on (v37, call 2:
+    they beat the 8-byte tiled kernel at 128-768 B * nh and every head count)."""
+    for num_heads in (2, 4, 6):
+        config = OpConfig(32, num_heads, "float16")
+        (params,) = [p for p in _pass_params(config, "forward") if p.min_n <= 20 * 15 <= p.max_n]
+        assert (params.rows, params.threads, params.ctas_per_sm, params.l2_fetch,
+                params.min_n, params.max_n, params.max_numel) == (16, 256, 6, 0, 297, 303, 0)
+        assert band.stage_vectors(config, params) == 3
+        assert [_first_rows(params, n) for n in (297, 300, 303)] == [120, 119, 118]
+    assert not [p for p in _pass_params(HALF, "backward") if p.min_n <= 300 <= p.max_n]
 
 
 def test_the_float32_20x15_kernels_split_the_calls_by_the_waves_they_fill():
     """float32 N = 297-303: hinted 8-row bands for 32-65 B * nh (one wave of 528 CTAs; 384
-    threads at 4 heads, 256 at the others), hinted 16-row bands at 4 x 512 for 67-264 (up to
-    two waves), v27's 32-row band from 270 (v36); ordered, disjoint call sizes."""
+    threads at 4 heads, 256 at the others), hinted 16-row bands at 4 x 512 for 67-360 (v36,
+    v37), v27's 32-row band from 368; ordered, disjoint call sizes."""
     for num_heads, threads in ((4, 384), (2, 256), (6, 256)):
         config = OpConfig(32, num_heads, "float32")
         small, middle, large = [p for p in band.default_params(config)
@@ -89,9 +108,9 @@ def test_the_float32_20x15_kernels_split_the_calls_by_the_waves_they_fill():
         assert (large.rows, large.threads, large.ctas_per_sm, large.l2_fetch,
                 large.max_numel) == (32, 512, 2, 0, 0)
         assert small.max_numel < middle.min_numel and middle.max_numel < large.min_numel
-        _assert_spans([small, middle], ((32, 65, 1), (67, 264, 2)))
-        for n in (297, 300, 303):  # from 270 rows at N 297, 265 at 303
-            assert 265 <= -(-large.min_numel // (2 * config.key_dim * n)) <= 270, n
+        _assert_spans([small, middle], ((32, 65, 1), (67, 360, 3)))
+        for n in (297, 300, 303):  # from 368 rows at N 297, 361 at 303
+            assert 361 <= _first_rows(large, n) <= 368, n
 
 
 def _float32_tail(config: OpConfig):
@@ -150,7 +169,7 @@ def _assert_spans(kernels, spans) -> None:
                     <= params.max_numel]
             # The limits are taken at the range's ends, so inside it they move by up to
             # last * (max_n / min_n - 1) rows: 37x29's 248-264 by one, float32 20x15's 65 by
-            # one and 264 by five.
+            # one and 360 by seven.
             slack = last * (params.max_n - params.min_n) // params.min_n
             assert abs(rows[0] - first) <= slack and abs(rows[-1] - last) <= slack, (params, n)
 

@@ -148,9 +148,9 @@ def dynamic_shared(config: OpConfig, params: BandParams) -> bool:
 #: ``N`` in it up to 132 (``133 * 1072 > 132 * 1080``), and within a row of them for 248-264:
 #: it is ``B * nh`` that fills the waves.
 _TAIL_N = (1072, 1080)
-#: float32 20x15's ``N`` range (v27), split by call size like 37x29's. ``303 / 297`` moves the
-#: limits, taken at the range's ends, by up to a row of ``B * nh`` at 65 and five at 264.
-_F32_20X15_N = (297, 303)
+#: 20x15's ``N`` range (float32 v27, 16-bit v37), split by call size like 37x29's. ``303 / 297``
+#: moves the limits, taken at the range's ends, by up to a row of ``B * nh`` at 65 and 7 at 360.
+_20X15_N = (297, 303)
 #: 16-bit 20x20's, for YOLO11x's 6 heads at batch 16 and 64: narrow, so that its limits fall
 #: within a row of the same ``B * nh`` at every ``N`` in it.
 _X640_N = (399, 401)
@@ -178,20 +178,26 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
     - 16-bit ``N`` 399-401 (20x20: YOLO11x at 640 px, 6 heads), two kernels at 6 x 256
       threads (v36, calls 1, 4 and 5; against the tiled kernel): 8-row bands for 88-99 ``B * nh``
       (batch 16 at 6 heads, one wave of 792 CTAs: 0.96-0.97x a copy against 1.02-1.03), and
-      16-row bands for 360-396 (batch 60-66, two waves: batch 64 1.00 against 1.03, 19x21 1.02
-      against the shifted kernel's 1.14). 16-row bands also won at 144 and 192 (0.97 against
-      1.02-1.03; not built: unmeasured between 200 and 359, where the second wave is partial);
-      8-row bands lost past one wave (1.10-1.17), 32-row bands at 6 CTAs an SM spill (1.34-1.50)
-      and every 16-bit band backward at 20x20 lost (1.03-1.62 against 1.02-1.06);
+      16-row bands from 120 (v36: batch 64 at 6 heads 1.00 against 1.03, 19x21 1.02 against
+      the shifted kernel's 1.14; v37's sweep, calls 1 and 3, at every head count: 0.93-1.00
+      against 0.95-1.05 at 128-384, and past 396, where the tiled kernel ran 1.05-1.07). 8-row
+      bands lost past one wave (1.10-1.17), 16-row ones below 120 (96: 1.04-1.06 against
+      1.01-1.02), 32-row bands at 6 CTAs an SM spill (1.34-1.50) and every 16-bit band backward
+      at 20x20 lost (1.03-1.62 against 1.02-1.06);
+    - 16-bit ``N`` 297-303 (20x15), the same 16-row bands from 120 ``B * nh`` (v37, call 2:
+      0.96-1.03x a copy at 128-768 and every head count, against the 8-byte tiled kernel's
+      1.01-1.17); 8-row, 3 x 512 16-row and 32-row bands lost (1.03-1.31);
     - float32 ``N`` 297-303 (20x15), three kernels by call size, their loads hinted like
       37x29's (v36, call 1; against the tiled kernel and v27's 32-row band): 8-row bands at 4
       CTAs an SM for 32-65 ``B * nh`` (one wave of 528 CTAs), 384 threads at 4 heads and 256
       at others (16x20x15 0.99x a copy against 1.02, 12x 1.02 against 1.11, N 297 and 303
       0.99-1.01 against 1.13-1.15; nh 2 32x 0.99 against 1.10, nh 6 10x 1.02 against 1.05);
-      16-row bands at 4 x 512 threads for 67-264 (up to two waves: 24x 0.97 against 1.05, 32x
-      0.95 against the 32-row band's 1.01, 64x 1.00 against 1.01; 17x level at 1.06); and the
-      32-row band at 2 x 512 from 270 (v27). Not float32 ``N = 296``, where TVM's kernel ran
-      1.09-1.11x a copy against the shipped 1.02-1.03x;
+      16-row bands at 4 x 512 threads for 67-360 (24x 0.97 against 1.05, 32x 0.95 against the
+      32-row band's 1.01, 64x 1.00 against 1.01, 17x level at 1.06; v37, calls 2 and 3: 288-336
+      rows 1.00-1.05 against the 32-row band's 1.05-1.08); and the 32-row band at 2 x 512 from
+      368 (v27; v37: level with the 16-row band at 384-448 rows, and ahead at ``N`` 297 and 303
+      past 448, both at 1.04-1.11). Not float32 ``N = 296``, where TVM's
+      kernel ran 1.09-1.11x a copy against the shipped 1.02-1.03x;
     - float32 ``N`` 1072-1080 (37x29) at 40-66 ``B * nh`` (one wave of 528 CTAs): 8-row bands
       at 4 x 512 threads (4 x 384 at other head counts, where 512 spills) whose loads bring
       whole lines into L2 (``l2_fetch`` 128; v35: 16x37x29 1.01x a copy against the shifted
@@ -224,15 +230,20 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
     tail_threads = 512 if config.num_heads == 4 else 384
     # 384 threads measured at 4 heads only, 256 at 2, 4 and 6 (v36, call 1: 0.02 behind 384).
     small_threads = 384 if config.num_heads == 4 else 256
-    small = dict(min_n=_F32_20X15_N[0], max_n=_F32_20X15_N[1])
+    small = dict(min_n=_20X15_N[0], max_n=_20X15_N[1])
     return (BandParams(rows=8, threads=small_threads, ctas_per_sm=4, l2_fetch=128, **small,
-                       **_call_sizes(config, _F32_20X15_N, 32, 65)),
+                       **_call_sizes(config, _20X15_N, 32, 65)),
             BandParams(rows=16, threads=512, ctas_per_sm=4, l2_fetch=128, **small,
-                       **_call_sizes(config, _F32_20X15_N, 67, 264)),
+                       **_call_sizes(config, _20X15_N, 67, 360)),
             BandParams(rows=32, threads=512, ctas_per_sm=2, **small,
-                       min_numel=_call_sizes(config, _F32_20X15_N, 270, 270)["min_numel"]),
+                       min_numel=_from_rows(config, _20X15_N, 368)),
             BandParams(rows=8, threads=tail_threads, ctas_per_sm=4, min_n=_TAIL_N[0],
                        max_n=_TAIL_N[1], l2_fetch=128, **_call_sizes(config, _TAIL_N, 40, 66)))
+
+
+def _from_rows(config: OpConfig, n_range: tuple[int, int], first: int) -> int:
+    """``min_numel`` for calls from ``first`` ``B * nh`` at every ``N`` of ``n_range``."""
+    return _call_sizes(config, n_range, first, first)["min_numel"]
 
 
 def _call_sizes(config: OpConfig, n_range: tuple[int, int], first: int, last: int
@@ -247,11 +258,14 @@ def _call_sizes(config: OpConfig, n_range: tuple[int, int], first: int, last: in
 def _forwards_16bit(config: OpConfig) -> tuple[BandParams, ...]:
     tail = dict(min_n=_TAIL_N[0], max_n=_TAIL_N[1])
     x640 = dict(min_n=_X640_N[0], max_n=_X640_N[1])
+    small = dict(min_n=_20X15_N[0], max_n=_20X15_N[1])
     return (BandParams(),
             BandParams(rows=8, threads=256, ctas_per_sm=6, **x640,
                        **_call_sizes(config, _X640_N, 88, 99)),
             BandParams(rows=16, threads=256, ctas_per_sm=6, **x640,
-                       **_call_sizes(config, _X640_N, 360, 396)),
+                       min_numel=_from_rows(config, _X640_N, 120)),
+            BandParams(rows=16, threads=256, ctas_per_sm=6, **small,
+                       min_numel=_from_rows(config, _20X15_N, 120)),
             BandParams(rows=8, threads=512, ctas_per_sm=4, **tail,
                        **_call_sizes(config, _TAIL_N, 40, 66)),
             BandParams(rows=16, threads=512, ctas_per_sm=3, **tail,
