@@ -76,3 +76,51 @@ def test_a_named_artifact_directory_is_never_built_into(tmp_path):
     with pytest.raises(ArtifactNotFoundError, match=r"manifest\.json"):
         PsaMergeAttnRuntimeOp(16, 2, "float32", artifacts=tmp_path, arch="sm_90")
     assert not (tmp_path / "manifest.json").exists()
+
+
+def test_a_build_by_another_compiler_is_rebuilt_once(tmp_path, monkeypatch):
+    """A build's file names hold its config and schedule params only, so a newer psa-tvm whose
+    default kernels differ (v37's band.default_params) finds an older one's build under the
+    same name: the on-demand cache rebuilds what another compiler definition built, once, in
+    place; a directory the user names runs what it holds."""
+    import psa_tvm.compiler.ondemand as ondemand
+    from psa_tvm import PsaMergeAttnRuntimeOp
+
+    monkeypatch.delenv("PSA_TVM_ARTIFACTS", raising=False)
+    monkeypatch.setenv("PSA_TVM_CACHE", str(tmp_path / "cache"))
+    built = []
+    real_build = ondemand.build_missing
+
+    def counting_build(*args, **kwargs):
+        built.append(args[1].tag)
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(ondemand, "build_missing", counting_build)
+
+    def op(**kwargs):
+        return PsaMergeAttnRuntimeOp(16, 2, "float32", schedule="tiled", arch="sm_90", **kwargs)
+
+    manifest_path = tmp_path / "cache" / "artifacts" / "manifest.json"
+
+    def record_definition(definition: str | None) -> None:
+        manifest = json.loads(manifest_path.read_text())
+        (entry,) = manifest["builds"]
+        if definition is None:
+            del entry["definition"]  # as builds from before v37
+        else:
+            entry["definition"] = definition
+        manifest_path.write_text(json.dumps(manifest))
+
+    first = op().builds["forward"]
+    assert built == ["kd16_nh2_float32"] and first.definition == ondemand.DEFINITION_DIGEST
+    for older in ("0123456789ab", None):
+        record_definition(older)
+        again = op().builds["forward"]
+        assert again.definition == ondemand.DEFINITION_DIGEST and again.source == first.source
+        assert len(json.loads(manifest_path.read_text())["builds"]) == 1  # replaced in place
+    assert len(built) == 3
+    op()  # current: nothing to build
+    assert len(built) == 3
+    record_definition("0123456789ab")
+    named = op(artifacts=manifest_path.parent).builds["forward"]
+    assert named.definition == "0123456789ab" and len(built) == 3

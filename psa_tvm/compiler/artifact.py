@@ -40,6 +40,19 @@ from psa_tvm.layouts import stream_op
 from psa_tvm.runtime.env import DEFAULT_ARCHS
 from psa_tvm.runtime.manifest import MANIFEST_FORMAT, MANIFEST_NAME, kernel_symbol
 
+_HERE = Path(__file__).parent
+#: Digest of what defines a GPU build: every source of the compiler half (the TensorIR, the
+#: schedule rules, the band and shifted kernels with their default params, lowering and the CUDA
+#: fix-ups) and the op definitions it builds from. A build's stem names its config and schedule
+#: params only, so a newer psa-tvm that changes a default kernel (``band.default_params``, v37)
+#: writes it under the same name; the on-demand cache compares this digest instead
+#: (:func:`psa_tvm.runtime.artifacts.find_build`), as it does the CPU libraries' (compiler/cpu.py).
+DEFINITION_DIGEST = hashlib.sha1(b"".join(
+    path.read_bytes()
+    for path in (*sorted(_HERE.rglob("*.py")), *sorted(_HERE.glob("*.cc")),
+                 *sorted((_HERE / "native_template").glob("*.h")),
+                 _HERE.parent / "config.py", _HERE.parent / "layouts.py"))).hexdigest()[:12]
+
 PASSES = {"forward": merge_forward, "backward": merge_backward}
 INDEX_DTYPES = ("int32", "int64")
 # A scattered shared-memory store of `vec` lanes needs an index vector of `vec` lanes; TVM's CUDA
@@ -311,6 +324,7 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
         "default": request.params is None and not request.pass_params and request.preferred,
         "archs": archs,
         "compiler": compiled.compiler,
+        "definition": DEFINITION_DIGEST,
         "source": f"{request.stem}.cu",
         "binaries": [{**b, "path": str(folder / b["path"])} for b in compiled.binaries],
         "kernels": kernels,

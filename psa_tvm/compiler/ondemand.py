@@ -1,6 +1,7 @@
 """Build a missing configuration into an artifact directory when the run time asks for it.
 
-The caller (:func:`psa_tvm.runtime.artifacts.find_build`) holds the directory's build lock.
+The caller (:func:`psa_tvm.runtime.artifacts.find_build`) holds the directory's build lock. A
+build recorded with another :data:`DEFINITION_DIGEST` (an older psa-tvm's) counts as missing.
 """
 
 from __future__ import annotations
@@ -8,11 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from psa_tvm.compiler.artifact import BuildRequest, build_artifacts
+from psa_tvm.compiler.artifact import DEFINITION_DIGEST, BuildRequest, build_artifacts
 from psa_tvm.compiler.rules import get_rule
 from psa_tvm.compiler.shifted import tuned_params
 from psa_tvm.config import OpConfig
 from psa_tvm.runtime.env import DEFAULT_ARCHS
+
+__all__ = ["DEFINITION_DIGEST", "build_missing"]
 
 
 def build_missing(root: Path, config: OpConfig, schedule: str,

@@ -34,11 +34,13 @@ def build_lock(root: Path):
 
 
 def _lookup(root: Path, config: OpConfig, schedule: str, params: dict[str, Any] | None,
-            op: str = "merge", shifted: dict[str, int] | None = None) -> BuildSpec | None:
-    """The build when it is there (with ``params`` exactly, when given, and its shifted kernels
-    built with ``shifted``, when given and recorded), else ``None``."""
+            op: str = "merge", shifted: dict[str, int] | None = None,
+            definition: str | None = None) -> BuildSpec | None:
+    """The build when it is there (with ``params`` exactly, when given, its shifted kernels
+    built with ``shifted``, when given and recorded, and by the compiler of ``definition``,
+    when given), else ``None``."""
     try:
-        build = Manifest.load(root).find(config, schedule, params, op, shifted)
+        build = Manifest.load(root).find(config, schedule, params, op, shifted, definition)
     except ArtifactNotFoundError:
         return None
     if shifted is not None and build.shifted_params not in (None, shifted):
@@ -53,12 +55,14 @@ def find_build(root: Path, config: OpConfig, schedule: str, params: dict[str, An
     params of its shifted kernels) in ``root``.
 
     Without ``may_build`` (a user's own artifact directory) a missing build raises
-    :class:`ArtifactNotFoundError`; with it, the build is made here when TVM is installed.
+    :class:`ArtifactNotFoundError`; with it, the build is made here when TVM is installed. There
+    a build by another compiler (an older psa-tvm's, whose default kernels may differ under the
+    same file name) counts as missing; without TVM it runs, being correct if not the newest.
     """
-    build = _lookup(root, config, schedule, params, op, shifted)
-    if build is not None:
-        return build
     if not may_build:
+        build = _lookup(root, config, schedule, params, op, shifted)
+        if build is not None:
+            return build
         if (params is not None or shifted is not None) and (
                 fallback := _lookup(root, config, schedule, params, op)
                 or _lookup(root, config, schedule, None, op)):
@@ -66,21 +70,27 @@ def find_build(root: Path, config: OpConfig, schedule: str, params: dict[str, An
         Manifest.load(root).find(config, schedule, op=op)  # raises, saying what is missing and how
         raise AssertionError("unreachable")
     try:
-        from psa_tvm.compiler.ondemand import build_missing
+        from psa_tvm.compiler.ondemand import DEFINITION_DIGEST, build_missing
     except ImportError as err:
+        build = _lookup(root, config, schedule, params, op, shifted)
+        if build is not None:
+            return build
         raise ArtifactNotFoundError(
             f"no {schedule!r} build of {config.tag} in {root}, and building it here needs the "
             f"compiler ({err}): `pip install 'psa-tvm[compiler]'` (plus nvcc), or build it "
             f"elsewhere with `psa-tvm build --key-dim {config.key_dim} --num-heads "
             f"{config.num_heads} --dtype {config.dtype} -o DIR` and set PSA_TVM_ARTIFACTS=DIR"
         ) from err
+    build = _lookup(root, config, schedule, params, op, shifted, DEFINITION_DIGEST)
+    if build is not None:
+        return build
     with build_lock(root):
         # Another process may have built it.
-        build = _lookup(root, config, schedule, params, op, shifted)
+        build = _lookup(root, config, schedule, params, op, shifted, DEFINITION_DIGEST)
         if build is None:
             build_missing(root, config, schedule, params, op=op)
-            build = _lookup(root, config, schedule, params, op, shifted) \
-                or _lookup(root, config, schedule, params, op)
+            build = _lookup(root, config, schedule, params, op, shifted, DEFINITION_DIGEST) \
+                or _lookup(root, config, schedule, params, op, definition=DEFINITION_DIGEST)
     if build is None:
         raise ArtifactNotFoundError(f"building {config.tag} {schedule} into {root} left no build")
     return build

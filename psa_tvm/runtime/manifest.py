@@ -245,6 +245,9 @@ class BuildSpec:
     # Built without explicit params (what an untuned call runs), and the newest such build of
     # its (config, op, schedule) in the directory: older ones lose the flag when it is written.
     default: bool = False
+    # Digest of the compiler that built it (compiler/artifact.py's DEFINITION_DIGEST; None: a
+    # build from before v37 recorded none). The on-demand cache runs only its own compiler's.
+    definition: str | None = None
 
     def params_for(self, pass_: str) -> dict[str, Any]:
         """The schedule params ``pass_``'s kernels were built with."""
@@ -262,6 +265,7 @@ class BuildSpec:
             kernels=tuple(KernelSpec.from_json(k) for k in data["kernels"]),
             op=data.get("op", "merge"), shifted_params=data.get("shifted_params"),
             pass_params=data.get("pass_params", {}), default=data.get("default", False),
+            definition=data.get("definition"),
         )
 
     def kernel(self, pass_: str, vec: int, index_dtype: str) -> KernelSpec:
@@ -361,13 +365,16 @@ class Manifest:
 
     def find(self, config: OpConfig, schedule: str,
              params: dict[str, Any] | None = None, op: str = "merge",
-             shifted_params: dict[str, int] | None = None) -> BuildSpec:
+             shifted_params: dict[str, int] | None = None,
+             definition: str | None = None) -> BuildSpec:
         """The build of ``config`` with ``schedule``: with ``params`` if given and built, else
         the newest default build (built without explicit params; a directory rebuilt after the
         defaults changed also holds older ones), else a preferred one. Among equal candidates
-        the one built with ``shifted_params`` (a tuned table's) first."""
+        the one built with ``shifted_params`` (a tuned table's) first. With ``definition``, only
+        the builds of that compiler (:attr:`BuildSpec.definition`) count."""
         matches = [b for b in self.builds
-                   if b.config == config and b.schedule == schedule and b.op == op]
+                   if b.config == config and b.schedule == schedule and b.op == op
+                   and definition in (None, b.definition)]
         if shifted_params is not None:  # stable: the order of the manifest otherwise
             matches.sort(key=lambda b: b.shifted_params != shifted_params)
         if params is not None:
@@ -379,6 +386,10 @@ class Manifest:
                 return chosen[0]
         if matches:
             return matches[0]
+        if definition is not None:
+            raise ArtifactNotFoundError(
+                f"artifacts in {self.root} have no {schedule!r} build for {config.tag} by this "
+                f"compiler (definition {definition})")
         have = sorted({f"{b.config.tag}/{b.schedule}" for b in self.builds})
         listed = ", ".join(have[:6]) + (f", ... ({len(have)} in all)" if len(have) > 6 else "")
         raise ArtifactNotFoundError(
