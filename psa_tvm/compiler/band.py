@@ -196,8 +196,8 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
       32-row band's 1.01, 64x 1.00 against 1.01, 17x level at 1.06; v37, calls 2 and 3: 288-336
       rows 1.00-1.05 against the 32-row band's 1.05-1.08); and the 32-row band at 2 x 512 from
       368 (v27; v37: level with the 16-row band at 384-448 rows, and ahead at ``N`` 297 and 303
-      past 448, both at 1.04-1.11). Not float32 ``N = 296``, where TVM's
-      kernel ran 1.09-1.11x a copy against the shipped 1.02-1.03x;
+      past 448, both at 1.04-1.11). Not float32 ``N = 296``, where TVM's kernel ran
+      1.09-1.11x a copy against the shipped 1.02-1.03x;
     - float32 ``N`` 1072-1080 (37x29) at 40-66 ``B * nh`` (one wave of 528 CTAs): 8-row bands
       at 4 x 512 threads (4 x 384 at other head counts, where 512 spills) whose loads bring
       whole lines into L2 (``l2_fetch`` 128; v35: 16x37x29 1.01x a copy against the shifted
