@@ -230,15 +230,20 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
     tail_threads = 512 if config.num_heads == 4 else 384
     # 384 threads measured at 4 heads only, 256 at 2, 4 and 6 (v36, call 1: 0.02 behind 384).
     small_threads = 384 if config.num_heads == 4 else 256
-    small = dict(min_n=_20X15_N[0], max_n=_20X15_N[1])
+    small = _in_range(_20X15_N)
     return (BandParams(rows=8, threads=small_threads, ctas_per_sm=4, l2_fetch=128, **small,
                        **_call_sizes(config, _20X15_N, 32, 65)),
             BandParams(rows=16, threads=512, ctas_per_sm=4, l2_fetch=128, **small,
                        **_call_sizes(config, _20X15_N, 67, 360)),
             BandParams(rows=32, threads=512, ctas_per_sm=2, **small,
                        min_numel=_from_rows(config, _20X15_N, 368)),
-            BandParams(rows=8, threads=tail_threads, ctas_per_sm=4, min_n=_TAIL_N[0],
-                       max_n=_TAIL_N[1], l2_fetch=128, **_call_sizes(config, _TAIL_N, 40, 66)))
+            BandParams(rows=8, threads=tail_threads, ctas_per_sm=4, l2_fetch=128,
+                       **_in_range(_TAIL_N), **_call_sizes(config, _TAIL_N, 40, 66)))
+
+
+def _in_range(n_range: tuple[int, int]) -> dict[str, int]:
+    """``min_n``/``max_n`` of a kernel that runs at every ``N`` of ``n_range``."""
+    return {"min_n": n_range[0], "max_n": n_range[1]}
 
 
 def _from_rows(config: OpConfig, n_range: tuple[int, int], first: int) -> int:
@@ -256,9 +261,7 @@ def _call_sizes(config: OpConfig, n_range: tuple[int, int], first: int, last: in
 
 
 def _forwards_16bit(config: OpConfig) -> tuple[BandParams, ...]:
-    tail = dict(min_n=_TAIL_N[0], max_n=_TAIL_N[1])
-    x640 = dict(min_n=_X640_N[0], max_n=_X640_N[1])
-    small = dict(min_n=_20X15_N[0], max_n=_20X15_N[1])
+    tail, x640, small = _in_range(_TAIL_N), _in_range(_X640_N), _in_range(_20X15_N)
     return (BandParams(),
             BandParams(rows=8, threads=256, ctas_per_sm=6, **x640,
                        **_call_sizes(config, _X640_N, 88, 99)),
@@ -285,8 +288,7 @@ _BWD_TAIL_N = (1073, 1079)
 
 
 def _backwards_16bit(config: OpConfig) -> tuple[BandParams, ...]:
-    near = dict(min_n=_BWD_N[0], max_n=_BWD_N[1])
-    tail = dict(min_n=_BWD_TAIL_N[0], max_n=_BWD_TAIL_N[1])
+    near, tail = _in_range(_BWD_N), _in_range(_BWD_TAIL_N)
     return (BandParams(pass_="backward", rows=16, threads=384, ctas_per_sm=4, **near,
                        **_call_sizes(config, _BWD_N, 240, 264)),
             BandParams(pass_="backward", rows=32, threads=576, ctas_per_sm=2, **tail,
