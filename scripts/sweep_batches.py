@@ -30,42 +30,38 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from psa_tvm.config import DTYPE_ITEMSIZE
+from psa_tvm.tools.bench import Shape
+
 #: The benchmark's grids and the odd and rectangular ones of issue 11.
 GRIDS = ("20x12", "20x15", "20x20", "40x23", "37x29", "40x40", "64x3", "1x33", "30x40")
 BATCHES = (2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 72, 80, 96, 128)
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 @dataclass(frozen=True)
 class Call:
-    """One call of the merge: what the sweep runs and judges."""
+    """One call of the merge: a pass of the benchmark's :class:`Shape` at one dtype."""
 
     pass_: str
     dtype: str
-    num_heads: int
-    batch: int
-    height: int
-    width: int
-    key_dim: int = 32
-
-    @property
-    def n(self) -> int:
-        return self.height * self.width
+    shape: Shape
 
     @property
     def rows(self) -> int:
         """``B * nh``: the attention outputs' leading dimension."""
-        return self.batch * self.num_heads
+        return self.shape.batch * self.shape.num_heads
 
     @property
     def mb(self) -> float:
-        """MB the call moves: both halves read and the merged tensor written, or the reverse."""
-        return 2 * 2 * self.rows * self.n * self.key_dim * ITEMSIZE[self.dtype] / 1e6
+        """MB the call moves, as the benchmark counts them: the merged tensor's bytes read
+        once and written once."""
+        return 2 * self.shape.merged_bytes(self.dtype) / 1e6
 
     @property
     def label(self) -> str:
-        return (f"{self.pass_[:3]} {self.dtype} nh{self.num_heads} {self.batch}x{self.height}x"
-                f"{self.width} N={self.n} B*nh={self.rows}")
+        shape = self.shape
+        return (f"{self.pass_[:3]} {self.dtype} nh{shape.num_heads} {shape.label} N={shape.n} "
+                f"B*nh={self.rows}")
 
 
 def parse_grid(text: str) -> tuple[int, int]:
@@ -87,7 +83,9 @@ def calls(dtypes, heads, grids, passes, batches, min_mb: float, max_mb: float,
             for height, width in grids:
                 for pass_ in passes:
                     for batch in batches:
-                        call = Call(pass_, dtype, num_heads, batch, height, width, key_dim)
+                        shape = Shape(f"{batch}x{height}x{width}", batch, num_heads, key_dim,
+                                      height, width)
+                        call = Call(pass_, dtype, shape)
                         if min_mb <= call.mb <= max_mb:
                             found.append(call)
     return found
@@ -123,7 +121,7 @@ class _Runner:
     def _op(self, call: Call):
         from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
 
-        key = (call.key_dim, call.num_heads, call.dtype)
+        key = (call.shape.key_dim, call.shape.num_heads, call.dtype)
         if key not in self.ops:
             self.ops[key] = PsaMergeAttnRuntimeOp(*key, schedule="tiled",
                                                   artifacts=self.artifacts)
@@ -133,25 +131,25 @@ class _Runner:
         from psa_tvm import reference
         from psa_tvm.tools.timing import flat_copy, merge_halves
 
-        torch, op = self.torch, self._op(call)
-        dtype, hw = getattr(torch, call.dtype), (call.height, call.width)
+        torch, op, shape = self.torch, self._op(call), call.shape
+        dtype, hw = getattr(torch, call.dtype), (shape.height, shape.width)
         ratios, exact, kernel, alive = [], True, "", []
         for _ in range(placements):
-            halves = merge_halves(call.rows, call.n, call.key_dim, dtype, self.gen)
+            halves = merge_halves(call.rows, shape.n, shape.key_dim, dtype, self.gen)
             lo, hi = halves[0], halves[1]
-            merged = torch.empty(call.batch, 2 * call.num_heads * call.key_dim, *hw,
+            merged = torch.empty(shape.batch, 2 * shape.num_heads * shape.key_dim, *hw,
                                  device="cuda", dtype=dtype)
             alive.append((halves, merged))  # every placement's tensors lie elsewhere
             if call.pass_ == "forward":
-                want = reference.merge(lo, hi, call.num_heads, *hw)
+                want = reference.merge(lo, hi, shape.num_heads, *hw)
                 launch = functools.partial(op.launch_forward, lo, hi, merged, self.stream, hw)
                 kernel = op.plan_forward([lo, hi], merged, hw).kernel.entry
                 written, src, dst = merged, halves, merged
             else:
                 merged.copy_(torch.randn(merged.shape, device="cuda", dtype=dtype,
                                          generator=self.gen))
-                want = torch.stack(reference.merge_backward(merged, call.num_heads,
-                                                            call.key_dim))
+                want = torch.stack(reference.merge_backward(merged, shape.num_heads,
+                                                            shape.key_dim))
                 launch = functools.partial(op.launch_backward, merged, lo, hi, self.stream)
                 kernel = op.plan_backward(merged, [lo, hi]).kernel.entry
                 written, src, dst = halves, merged, halves
@@ -173,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="JSON of every measurement")
     parser.add_argument("--artifacts", help="artifact directory (default: the run time's)")
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float16"],
-                        choices=sorted(ITEMSIZE))
+                        choices=sorted(DTYPE_ITEMSIZE))
     parser.add_argument("--heads", nargs="+", type=int, default=[2, 4, 6])
     parser.add_argument("--grids", nargs="+", type=parse_grid,
                         default=[parse_grid(g) for g in GRIDS])

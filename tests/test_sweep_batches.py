@@ -27,10 +27,10 @@ def test_calls_keep_the_sizes_asked_for_in_a_fixed_order():
                         8.0, 40.0)
     # float16 20x15 at 4 heads moves 4.9 MB at batch 16 (below 8), 19.7 at 64, 39.3 at 128;
     # float32 twice that (78.6 at 128: above 40).
-    assert [(c.dtype, c.batch, round(c.mb, 1)) for c in found] == [
+    assert [(c.dtype, c.shape.batch, round(c.mb, 1)) for c in found] == [
         ("float16", 64, 19.7), ("float16", 128, 39.3), ("float32", 16, 9.8),
         ("float32", 64, 39.3)]
-    assert found[0].rows == 256 and found[0].n == 300
+    assert found[0].rows == 256 and found[0].shape.n == 300
     assert found[0].label == "for float16 nh4 64x20x15 N=300 B*nh=256"
     default = sweep.calls(["float32", "float16"], [2, 4, 6], [sweep.parse_grid(g)
                                                              for g in sweep.GRIDS],
