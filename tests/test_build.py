@@ -158,12 +158,14 @@ def test_every_build_has_its_kernel_variants(manifest):
         if build.schedule == "tiled" and build.op == "merge" and shifted_kernels.fits(
                 build.config, shifted_kernels.default_params(build.config)) is None:
             assert shifted == {"forward", "backward"}
-            # A kernel listed twice is one entry: the 16-bit backward, also at N % vec == 0.
+            # A kernel listed twice is one entry: the backward, also at N % vec == 0, where the
+            # build's shifted params set bwd_aligned (16-bit, key_dim 128 by default).
             records = sorted((k.pass_, k.vec, k.rank) for k in build.kernels if k.shifted)
             twice = [("backward", build.vector_width, 2 * build.vector_width + 1)]
+            aligned = (build.shifted_params or {}).get("bwd_aligned", 0)
             assert records == sorted([(p, 1, shifted_kernels.rank(build.config))
                                       for p in ("forward", "backward")]
-                                     + (twice if itemsize == 2 else [])), build.source.name
+                                     + (twice if aligned else [])), build.source.name
             assert len({k.entry for k in build.kernels if k.shifted}) == 2
         else:
             assert not shifted
@@ -450,9 +452,10 @@ def test_tiled_kernels_do_not_spill(manifest):
                 checked += 1
     per_dtype = sum(2 * len(variant_widths(16 // ITEMSIZE[d], i))
                     for d in DTYPES for i in ("int32", "int64"))
-    # A shifted forward and backward per dtype; 16-bit backwards have a second (vec 8) record;
-    # the band kernels of each dtype (compiler/band.py).
-    shifted = 2 * len(DTYPES) + sum(ITEMSIZE[d] == 2 for d in DTYPES)
+    # A shifted forward and backward per dtype; a backward with bwd_aligned has a second (vec 8)
+    # record; the band kernels of each dtype (compiler/band.py).
+    shifted = 2 * len(DTYPES) + sum((b.shifted_params or {}).get("bwd_aligned", 0)
+                                    for b in manifest.builds if b.schedule == "tiled")
     bands = sum(len(band_kernels.default_params(OpConfig(KD, NH, d))) for d in DTYPES)
     assert checked == (per_dtype + shifted + bands) * len(ARCHS)
 

@@ -101,7 +101,7 @@ def test_every_int32_variant_is_reached_and_bit_exact(gpu_artifacts, config):
                 assert (kernel.vec_kd, kernel.vec, kernel.shifted, kernel.band) == (
                     vec_kd, vec, kernel_spec.shifted, kernel_spec.band), (pass_, kernel.entry)
                 reached.add(kernel.entry)
-    # Kernels listed twice (a 16-bit shifted backward, also at N % 8 == 0) count once.
+    # Kernels listed twice (a shifted backward with bwd_aligned, also at N % 8 == 0) count once.
     assert reached == listed
     assert any(k.shifted for b in op.builds.values() for k in b.kernels), "no shifted kernel"
 
@@ -116,20 +116,21 @@ SHIFTED_CONFIGS = [OpConfig(kd, nh, dtype) for kd, nh in ((32, 4), (16, 3), (128
 
 @pytest.mark.parametrize("config", SHIFTED_CONFIGS, ids=lambda c: c.tag)
 def test_shifted_kernels_at_every_n(gpu_artifacts, config):
-    """The shifted kernels run wherever the N side would be under 8 bytes (16-bit backward:
-    or N % 8 == 0) and the call has 2**21 merged elements or more (the batch is sized so,
-    within the grid's 65535 slices), bit-exact with canaries around every output; just under
-    that size the plain kernel runs."""
+    """The shifted kernels run wherever the N side would be under 8 bytes (a backward whose
+    build sets ``bwd_aligned``: or N % 8 == 0) and the call has 2**21 merged elements or more
+    (the batch is sized so, within the grid's 65535 slices), bit-exact with canaries around
+    every output; just under that size the plain kernel runs."""
     op = runtime_op(str(gpu_artifacts), config.key_dim, config.num_heads, config.dtype, "tiled")
     full = 16 // config.itemsize
     ran = {"forward": 0, "backward": 0, "aligned backward": 0}
+    has_aligned = (op.builds["backward"].shifted_params or {}).get("bwd_aligned", 0)
     for n in SHIFTED_NS:
         along_n = min(full, n & -n)
         narrow = along_n * config.itemsize < 8
         batch = min(-(-(1 << 21) // (config.channels * n)), 65535 // (2 * config.num_heads))
         large = batch * config.channels * n >= 1 << 21
         for pass_, check in (("forward", check_forward), ("backward", check_backward)):
-            aligned = pass_ == "backward" and config.itemsize == 2 and along_n == full
+            aligned = pass_ == "backward" and has_aligned and along_n == full
             kernel = check(op, config, batch, 1, n, seed=n)
             if kernel.band:  # a band forward's N range and size (tests/test_gpu_band.py)
                 assert kernel.runs_at(n) and kernel.runs_for(batch * config.channels * n)
@@ -140,7 +141,7 @@ def test_shifted_kernels_at_every_n(gpu_artifacts, config):
                 kernel = check(op, config, batch - 1, 1, n, seed=n + 1)
                 assert not kernel.shifted and kernel.vec == along_n, (n, pass_, kernel.entry)
     assert ran["forward"] > 0 and ran["backward"] > 0
-    assert (ran["aligned backward"] > 0) == (config.itemsize == 2)
+    assert (ran["aligned backward"] > 0) == bool(has_aligned)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.tag)
@@ -154,8 +155,10 @@ def test_rectangular_and_odd_grids(gpu_artifacts, config):
             for check in (check_forward, check_backward):
                 kernel = check(op, config, batch, height, width)
                 vec = min(full, n & -n)
-                # 16-bit backwards: the shifted kernel at N % 8 == 0 too (compiler/shifted.py).
-                aligned = check is check_backward and config.itemsize == 2 and vec == full
+                # A backward with bwd_aligned: the shifted kernel at N % 8 == 0 too
+                # (compiler/shifted.py).
+                aligned = check is check_backward and vec == full and (
+                    op.builds["backward"].shifted_params or {}).get("bwd_aligned", 0)
                 shifted = (vec * config.itemsize < 8 or aligned) and (
                     batch * config.channels * n >= 1 << 21)
                 assert kernel.vec_kd == full, kernel.entry
@@ -177,9 +180,11 @@ SPLIT_CONFIGS = [c for c in (OpConfig(32, nh, d) for nh in (2, 4, 6) for d in DT
 def test_split_shifted_backward_on_both_sides_of_its_size(gpu_artifacts, config):
     """A split backward (compiler/shifted.py ``bwd_small_below``): the small-tile kernel from
     2**21 merged elements to just under the size, the main one from it on, at odd N, N % 8 == 0
-    and a thin map; bit-exact with canaries on both sides."""
+    (the tiled kernel there unless the build sets ``bwd_aligned``) and a thin map; bit-exact
+    with canaries on both sides."""
     op = runtime_op(str(gpu_artifacts), config.key_dim, config.num_heads, config.dtype, "tiled")
     below = tuned_shifted_entry("sm_90", config)["params"]["bwd_small_below"]
+    has_aligned = (op.builds["backward"].shifted_params or {}).get("bwd_aligned", 0)
     ran = set()
     for height, width in ((37, 29), (40, 40), (40, 23), (25, 25), (1, 33)):
         per_batch = config.channels * height * width
@@ -189,6 +194,9 @@ def test_split_shifted_backward_on_both_sides_of_its_size(gpu_artifacts, config)
             if numel < 1 << 21:
                 continue
             kernel = check_backward(op, config, batch, height, width, seed=batch)
+            if (height * width) % (16 // config.itemsize) == 0 and not has_aligned:
+                assert not kernel.shifted, (height, width, batch, kernel.entry)
+                continue
             small = kernel.entry.endswith("small_i32_kernel")
             assert kernel.shifted and small == (numel < below), (height, width, batch,
                                                                  kernel.entry)
@@ -206,10 +214,12 @@ WHOLE_CONFIGS = [c for c in (OpConfig(32, nh, d) for nh in (2, 4, 6) for d in DT
 def test_whole_row_backward_inside_and_outside_its_rows(gpu_artifacts, config):
     """A whole-row backward (compiler/shifted.py ``bwd_whole_tile_n``): its kernel, one CTA per
     row, where ``bwd_tile_n < N <= bwd_whole_tile_n`` (odd N and N % 8 == 0, both ends of the
-    range), the main one just outside; bit-exact with canaries, at the smallest batch a
-    shifted kernel runs and above it."""
+    range; the tiled kernel where N % 8 == 0 unless the build sets ``bwd_aligned``), the main
+    one just outside; bit-exact with canaries, at the smallest batch a shifted kernel runs and
+    above it."""
     op = runtime_op(str(gpu_artifacts), config.key_dim, config.num_heads, config.dtype, "tiled")
     params = tuned_shifted_entry("sm_90", config)["params"]
+    has_aligned = (op.builds["backward"].shifted_params or {}).get("bwd_aligned", 0)
     first, last = params["bwd_tile_n"] + 1, params["bwd_whole_tile_n"]
     ran = set()
     for height, width in ((20, 20), (21, 21), (17, 17), (1, first), (1, last), (1, first - 1),
@@ -217,6 +227,9 @@ def test_whole_row_backward_inside_and_outside_its_rows(gpu_artifacts, config):
         per_batch = config.channels * height * width
         for batch in (-(-(1 << 21) // per_batch), 64):
             kernel = check_backward(op, config, batch, height, width, seed=batch)
+            if (height * width) % (16 // config.itemsize) == 0 and not has_aligned:
+                assert not kernel.shifted, (height, width, batch, kernel.entry)
+                continue
             whole = kernel.entry.endswith("whole_i32_kernel")
             assert kernel.shifted and whole == (first <= height * width <= last), (
                 height, width, batch, kernel.entry)

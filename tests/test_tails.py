@@ -218,7 +218,7 @@ def test_kernel_choice_follows_the_rule(tail_manifest, n, alignment):
 def test_tails_keep_16_byte_kd_accesses(tail_manifest):
     """The issue's shapes: N = 300 (20x15), 1073 (37x29), 920 (40x23), 33 (1x33); ``s``: the
     shifted kernel (16-byte N-side vectors at any N) where the N side would be under 8 bytes,
-    and for the 16-bit backward where N % 8 == 0 too."""
+    and for a backward with ``bwd_aligned`` where N % 8 == 0 too (none at key_dim 16)."""
     expected = {"float16": {1600: (8, 8), 300: (8, 4), 920: (8, 8), 1073: (8, "s"), 33: (8, "s"),
                             240: (8, 8), 192: (8, 8), 6: (8, "s"), 1122: (8, "s")},
                 "float32": {1600: (4, 4), 300: (4, 4), 920: (4, 4), 1073: (4, "s"),
@@ -228,7 +228,8 @@ def test_tails_keep_16_byte_kd_accesses(tail_manifest):
             for pass_ in ("forward", "backward"):
                 kernel = choose_kernel(build, pass_, n, "int32", 16)
                 got = (kernel.vec_kd, "s" if kernel.shifted else kernel.vec)
-                if pass_ == "backward" and build.config.itemsize == 2 and vec == 8:
+                aligned = (build.shifted_params or {}).get("bwd_aligned", 0)
+                if pass_ == "backward" and aligned and vec == 16 // build.config.itemsize:
                     assert got == (8, "s") and kernel.vec == 8, (n, kernel.entry)
                     small = choose_kernel(build, pass_, n, "int32", 16, numel=(1 << 21) - 1)
                     assert (small.vec, small.shifted) == (8, False), (n, small.entry)
@@ -288,7 +289,7 @@ def test_split_shifted_backward_runs_its_small_kernel_below_the_size(tmp_path):
     from psa_tvm.compiler import shifted
 
     config = OpConfig(16, 2, "float16")  # merged elements: 64 * B * N
-    base = shifted.default_params(config)
+    base = replace(shifted.default_params(config), bwd_aligned=1)  # N % 8 == 0 records too
     small = replace(base, bwd_tile_n=56, bwd_threads=128)
     below = 1 << 22
     params = shifted.split_backward(base, small, below)
@@ -344,7 +345,7 @@ def test_whole_row_backward_runs_where_n_fits_its_tile_and_not_the_main_one(tmp_
     from psa_tvm.runtime.tuned import shifted_record
 
     config = OpConfig(16, 2, "float16")  # merged elements: 64 * B * N
-    base = shifted.default_params(config)
+    base = replace(shifted.default_params(config), bwd_aligned=1)  # N % 8 == 0 records too
     assert base.bwd_tile_n == 248
     whole = replace(base, bwd_tile_n=504, bwd_threads=512, bwd_edge_first=1)
     split = shifted.split_backward(base, replace(base, bwd_tile_n=56, bwd_threads=128), 1 << 22)

@@ -18,6 +18,7 @@ from psa_tvm.config import OpConfig
 from psa_tvm.runtime.manifest import Manifest
 from psa_tvm.runtime.runtime_op import PsaMergeAttnRuntimeOp
 from psa_tvm.runtime.tuned import (
+    SHIFTED_FLAGS,
     load_table,
     shipped_table_path,
     table_paths,
@@ -144,15 +145,16 @@ def test_builds_take_the_tuned_shifted_params(tmp_path, monkeypatch):
     assert tuned_shifted_entry(ARCH, config)["params"] == shifted.as_record(tuned)
     split = shifted.split_backward(tuned, shifted.default_params(config), 1 << 22)
     assert shifted.as_record(split) == {k: v for k, v in asdict(split).items()
-                                        if "edge_first" not in k and "whole" not in k}
+                                        if k not in SHIFTED_FLAGS and "whole" not in k}
     whole = shifted.with_whole_backward(tuned, replace(tuned, bwd_tile_n=504))
     assert shifted.as_record(whole) == {k: v for k, v in asdict(whole).items()
-                                        if "edge_first" not in k and "small" not in k}
-    # the edge-first backward is recorded where it is set, and only there
-    early = dataclasses.replace(tuned, bwd_edge_first=1)
-    assert shifted.as_record(early) == {**shifted.as_record(tuned), "bwd_edge_first": 1}
-    assert BuildRequest(config, shifted_params=early).stem != BuildRequest(
-        config, shifted_params=tuned).stem
+                                        if k not in SHIFTED_FLAGS and "small" not in k}
+    # the edge-first and aligned backwards are recorded where they are set, and only there
+    for flag in ("bwd_edge_first", "bwd_aligned"):
+        flagged = dataclasses.replace(tuned, **{flag: 1})
+        assert shifted.as_record(flagged) == {**shifted.as_record(tuned), flag: 1}
+        assert BuildRequest(config, shifted_params=flagged).stem != BuildRequest(
+            config, shifted_params=tuned).stem
     # Non-default shifted params have their own stem: they never overwrite a default build.
     assert BuildRequest(config, shifted_params=tuned).stem != BuildRequest(config).stem
     assert BuildRequest(config, shifted_params=shifted.default_params(config)).stem == (

@@ -304,7 +304,9 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
         kernels.append({"pass": variant.pass_, "vec": variant.vec, "vec_kd": variant.vec_kd,
                         "index_dtype": variant.index_dtype, **ranked, **contract,
                         "resources": compiled.resources.get(contract["entry"], {})})
-        aligned = shifted.aligned_rank(request.config, variant.pass_) if variant.shifted else None
+        aligned = (shifted.aligned_rank(request.config, variant.pass_,
+                                        request.resolved_shifted_params())
+                   if variant.shifted else None)
         if aligned is not None:  # the same kernel, ahead of the plain one where N % vec == 0
             kernels.append({**kernels[-1], "vec": variant.vec_kd, "rank": aligned})
     folder = Path(request.stem).parent

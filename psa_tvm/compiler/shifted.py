@@ -50,6 +50,10 @@ from psa_tvm.runtime.tuned import shifted_record
 #: batch 64 (0.54M) 1.30x against 1.13x; from batch 16 (4.4M) on they win (docs/perf.md v13).
 MIN_NUMEL = 1 << 21
 
+#: The smallest key_dim whose 16-bit shifted backward also runs where ``N % 8 == 0`` by default
+#: (:attr:`ShiftedParams.bwd_aligned`, :func:`aligned_rank`).
+ALIGNED_MIN_KEY_DIM = 128
+
 _BANK_WORDS = 32
 _STATIC_SMEM_BYTES = 48 * 1024
 _ROW_LANES = 16  # forward row side: lanes per row, 256 contiguous bytes per warp row
@@ -104,6 +108,11 @@ class ShiftedParams:
     """1: the backward's edge tiles load their row heads and tails element by element into
     registers *before* the tile's vector loads and store them to shared memory after, so that
     both are in flight at once (0: after the vector loads, a second round trip)."""
+    bwd_aligned: int = 0
+    """1: the backward (and its extra backwards) also runs where ``N`` is a multiple of the
+    vector width, ahead of the plain 16-byte kernel (a second launch record,
+    :func:`aligned_rank`); 0: the tiled kernels run there. :func:`default_params` sets it
+    where it was measured faster (:data:`ALIGNED_MIN_KEY_DIM`)."""
 
 
 #: The fields of the second (small-call) backward; a tuned split sets them with
@@ -117,6 +126,7 @@ WHOLE_BACKWARD_FIELDS = ("bwd_whole_tile_n", "bwd_whole_threads", "bwd_whole_row
 #: The fields of :class:`ShiftedParams` that shape each pass's kernels (tuned separately).
 PASS_FIELDS = {"forward": ("fwd_threads", "fwd_row_threads", "fwd_positions", "grain"),
                "backward": ("bwd_tile_n", "bwd_threads", "bwd_row_threads", "bwd_edge_first",
+                            "bwd_aligned",
                             *SMALL_BACKWARD_FIELDS, *WHOLE_BACKWARD_FIELDS)}
 #: The main backward's fields, which a second or third backward takes its own values for.
 _MAIN_BACKWARD_FIELDS = ("bwd_tile_n", "bwd_threads", "bwd_row_threads", "bwd_edge_first")
@@ -185,7 +195,9 @@ def default_params(config: OpConfig) -> ShiftedParams:
                                fwd_positions=1, bwd_tile_n=124)
     else:
         params = ShiftedParams()
-    params = replace(params, bwd_row_threads=min(params.bwd_row_threads, kd_vectors))
+    params = replace(params, bwd_row_threads=min(params.bwd_row_threads, kd_vectors),
+                     bwd_aligned=int(config.itemsize == 2
+                                     and config.key_dim >= ALIGNED_MIN_KEY_DIM))
     if shared_bytes(config, params, "forward") > _STATIC_SMEM_BYTES:
         params = replace(params, fwd_positions=params.fwd_positions // 2 or 1)
     if shared_bytes(config, params, "backward") > _STATIC_SMEM_BYTES:
@@ -214,17 +226,22 @@ def rank(config: OpConfig) -> int:
     return 2 * (8 // config.itemsize) - 1
 
 
-def aligned_rank(config: OpConfig, pass_: str) -> int | None:
+def aligned_rank(config: OpConfig, pass_: str, params: ShiftedParams) -> int | None:
     """The rank of a second launch record of the ``pass_`` kernel for ``N`` a multiple of the
-    vector width, just above the plain 16-byte kernel's (``None``: no such record).
+    vector width, just above the plain 16-byte kernel's (``None``: no such record): the
+    backward where :attr:`ShiftedParams.bwd_aligned` is set.
 
-    The 16-bit backward only: on the H200 (docs/perf.md v14) its shifted kernel ran at
-    0.98-1.06x a copy where ``N % 8 == 0`` against 0.97-1.14x for the tiled one (8 shapes of
-    12-105 MB: 1.09 -> 1.02 at 64x3/b64, 1.14 -> 1.06 at 40x23/b64, 1.13 -> 1.06 at 20x20/b64,
-    within 0.01 at the squares), with half the L2 write requests. At ``N % 8 == 4`` its
-    248-position tiles run 60% full at N = 300 (1.19x against the 8-byte kernel's 1.07x), and
-    the forward and float32 won and lost by shape, so they keep the tiled kernels there."""
-    if pass_ == "backward" and config.itemsize == 2:
+    :func:`default_params` sets it for 16-bit builds of key_dim :data:`ALIGNED_MIN_KEY_DIM`
+    and up. v14 ran it at every 16-bit key_dim (docs/perf.md v14: 0.98-1.06x a copy against
+    the tiled kernel's 0.97-1.14x at 8 shapes of 12-105 MB, with half the L2 write requests).
+    With each key_dim's tiled params shared by every head count (v38), the tiled kernel beat it
+    at key_dim 16, 32 and 64 over the calls of 8-300 MB at six aligned grids (docs/perf.md v38,
+    calls 2 and 3: key_dim 32, float16 28 -> 6 of 163 calls above 1.05x, bfloat16 32 -> 7;
+    means 0.99 against 1.00 at key_dim 16, 1.18 against 1.24 at 64), and lost at 128 (1.17
+    against 1.13). At ``N % 8 == 4`` its 248-position tiles run 60% full at N = 300 (1.19x
+    against the 8-byte kernel's 1.07x), and the forward and float32 won and lost by shape
+    (v14), so they keep the tiled kernels there."""
+    if pass_ == "backward" and params.bwd_aligned:
         return 2 * vector_width(config) + 1
     return None
 
@@ -258,6 +275,8 @@ def fits(config: OpConfig, params: ShiftedParams) -> str | None:
                 f"{params.bwd_tile_n}")
     if (whole := whole_backward(params)) is not None and (why := fits(config, whole)):
         return f"whole-row backward: {why}"
+    if params.bwd_aligned not in (0, 1):
+        return f"bwd_aligned {params.bwd_aligned}: 0 or 1"
     return None
 
 

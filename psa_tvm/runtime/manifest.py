@@ -140,11 +140,11 @@ class KernelSpec:
     ``N % vec == 0``); ``vec_kd`` the width on the side contiguous along ``key_dim``. ``rank``
     orders kernels of equal ``vec_kd`` at launch: ``2 * vec``, except a shifted kernel (any
     ``N``, 16-byte N-side vectors), which the manifest ranks between an 8- and a 4-byte N side.
-    A kernel may have two records (a 16-bit shifted backward: also ``vec`` 8 with a rank above
-    the plain 16-byte kernel's), one per place in that order. Among kernels of equal rank the
-    one with the larger ``min_numel`` comes first where a call reaches it (a split shifted
-    backward: the main kernel for large calls, the small-tile one below). A kernel with an
-    ``N`` range (``max_n`` > 0: it runs only for ``min_n <= N <= max_n``, a whole-row shifted
+    A kernel may have two records (a shifted backward whose build sets ``bwd_aligned``: also the
+    full ``vec`` with a rank above the plain 16-byte kernel's), one per place in that order.
+    Among kernels of equal rank the one with the larger ``min_numel`` comes first where a call
+    reaches it (a split shifted backward: the main kernel for large calls, the small-tile one
+    below). A kernel with an ``N`` range (``max_n`` > 0: it runs only for ``min_n <= N <= max_n``, a whole-row shifted
     backward) comes before the kernels of its rank without one, wherever ``N`` is in range.
     A band kernel (``band`` > 0, compiler/band.py) ranks above every other kernel and runs
     only in its ``N`` range, from its ``min_numel`` and up to its ``max_numel`` (0: any size);

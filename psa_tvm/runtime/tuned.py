@@ -74,8 +74,10 @@ def tuned_entry(arch: str, pass_: str, config: OpConfig) -> dict | None:
     return None
 
 
-#: Shifted-param flags recorded only where set (added after the first tables were written).
-_SHIFTED_FLAGS = ("bwd_edge_first", "bwd_small_edge_first", "bwd_whole_edge_first")
+#: Shifted-param flags recorded only where set (added after the first tables were written): a
+#: record without one means 0, whatever the defaults.
+SHIFTED_FLAGS = ("bwd_edge_first", "bwd_small_edge_first", "bwd_whole_edge_first",
+                  "bwd_aligned")
 #: The fields of an extra backward, recorded only where its switch field is set.
 _EXTRA_BACKWARDS = {"bwd_small_": "bwd_small_below", "bwd_whole_": "bwd_whole_tile_n"}
 
@@ -89,7 +91,7 @@ def shifted_record(params: dict[str, int]) -> dict[str, int]:
     absent = tuple(prefix for prefix, switch in _EXTRA_BACKWARDS.items()
                    if not params.get(switch))
     return {k: v for k, v in params.items()
-            if not k.startswith(absent) and (k not in _SHIFTED_FLAGS or v)}
+            if not k.startswith(absent) and (k not in SHIFTED_FLAGS or v)}
 
 
 def tuned_shifted_entry(arch: str, config: OpConfig) -> dict | None:

@@ -40,6 +40,7 @@ from pathlib import Path
 from psa_tvm.config import DTYPE_ITEMSIZE, OpConfig
 from psa_tvm.runtime.env import DEFAULT_ARCH
 from psa_tvm.runtime.manifest import Manifest
+from psa_tvm.runtime.tuned import SHIFTED_FLAGS
 
 RESULTS = "results.jsonl"
 #: How a record's ``copy_us`` was taken: a copy from the pass's inputs into its outputs. Records
@@ -590,9 +591,10 @@ def _select_shifted(root: Path, by_source: dict, results: list[Path] | None = No
         default = params_as_dict(default_params(OpConfig(key_dim, num_heads, dtype)))
 
         def fields_of(source: str, default: dict = default) -> dict:
-            # records leave out fields at their defaults (no split, no edge-first) and older
-            # manifests predate them: the defaults fill them in
-            return {**default, **by_source[source].shifted_params}
+            # records leave out fields at their defaults (no split) and flags that are 0, and
+            # older manifests predate them: the defaults and 0 fill them in
+            return {**default, **dict.fromkeys(SHIFTED_FLAGS, 0),
+                    **by_source[source].shifted_params}
 
         defaults = {s for s in per_source if all(
             fields_of(s)[k] == default[k] for k in PASS_FIELDS[pass_])}
