@@ -59,38 +59,38 @@ def find_build(root: Path, config: OpConfig, schedule: str, params: dict[str, An
     a build by another compiler (an older psa-tvm's, whose default kernels may differ under the
     same file name) counts as missing; without TVM it runs, being correct if not the newest.
     """
+    definition = missing_compiler = None
+    if may_build:  # its own compiler's builds only, where that compiler can make them
+        try:
+            from psa_tvm.compiler.ondemand import DEFINITION_DIGEST, build_missing
+        except ImportError as err:
+            missing_compiler = err
+        else:
+            definition = DEFINITION_DIGEST
+    build = _lookup(root, config, schedule, params, op, shifted, definition)
+    if build is not None:
+        return build
     if not may_build:
-        build = _lookup(root, config, schedule, params, op, shifted)
-        if build is not None:
-            return build
         if (params is not None or shifted is not None) and (
                 fallback := _lookup(root, config, schedule, params, op)
                 or _lookup(root, config, schedule, None, op)):
             return fallback  # the user's directory lacks the tuned build: run what they built
         Manifest.load(root).find(config, schedule, op=op)  # raises, saying what is missing and how
         raise AssertionError("unreachable")
-    try:
-        from psa_tvm.compiler.ondemand import DEFINITION_DIGEST, build_missing
-    except ImportError as err:
-        build = _lookup(root, config, schedule, params, op, shifted)
-        if build is not None:
-            return build
+    if missing_compiler is not None:
         raise ArtifactNotFoundError(
             f"no {schedule!r} build of {config.tag} in {root}, and building it here needs the "
-            f"compiler ({err}): `pip install 'psa-tvm[compiler]'` (plus nvcc), or build it "
-            f"elsewhere with `psa-tvm build --key-dim {config.key_dim} --num-heads "
+            f"compiler ({missing_compiler}): `pip install 'psa-tvm[compiler]'` (plus nvcc), or "
+            f"build it elsewhere with `psa-tvm build --key-dim {config.key_dim} --num-heads "
             f"{config.num_heads} --dtype {config.dtype} -o DIR` and set PSA_TVM_ARTIFACTS=DIR"
-        ) from err
-    build = _lookup(root, config, schedule, params, op, shifted, DEFINITION_DIGEST)
-    if build is not None:
-        return build
+        ) from missing_compiler
     with build_lock(root):
         # Another process may have built it.
-        build = _lookup(root, config, schedule, params, op, shifted, DEFINITION_DIGEST)
+        build = _lookup(root, config, schedule, params, op, shifted, definition)
         if build is None:
             build_missing(root, config, schedule, params, op=op)
-            build = _lookup(root, config, schedule, params, op, shifted, DEFINITION_DIGEST) \
-                or _lookup(root, config, schedule, params, op, definition=DEFINITION_DIGEST)
+            build = _lookup(root, config, schedule, params, op, shifted, definition) \
+                or _lookup(root, config, schedule, params, op, definition=definition)
     if build is None:
         raise ArtifactNotFoundError(f"building {config.tag} {schedule} into {root} left no build")
     return build
