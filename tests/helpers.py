@@ -101,11 +101,17 @@ def untouched_memory(nbytes: int):
 def rule_n_side_bytes(kernel, itemsize: int) -> float:
     """A kernel's N-side width in the launch rule as docs/native.md states it, written apart
     from runtime/plan.py: a plain kernel's ``vec * itemsize``; a shifted one (any N) counts as
-    6 bytes, between an 8- and a 4-byte N side, and its second record (16-bit backward, for
-    N % 8 == 0) as just over its 16 bytes."""
+    6 bytes, between an 8- and a 4-byte N side, and its second record (a backward with
+    ``bwd_aligned``, for N % 8 == 0) as just over its 16 bytes."""
     if kernel.shifted:
         return 6 if kernel.vec == 1 else kernel.vec * itemsize + 1
     return kernel.vec * itemsize
+
+
+def shifted_backward_at_aligned_n(build) -> bool:
+    """Whether ``build`` also runs its shifted backward where ``N`` is a multiple of the vector
+    width: its shifted params set ``bwd_aligned`` (records leave the flag out where it is 0)."""
+    return bool((build.shifted_params or {}).get("bwd_aligned", 0))
 
 
 def cpu_has_avx512bw() -> bool:

@@ -40,6 +40,7 @@ from psa_tvm.runtime.manifest import (
     evaluate,
     kernel_symbol,
 )
+from tests.helpers import shifted_backward_at_aligned_n
 
 DTYPES = ("float32", "float16", "bfloat16")
 SCHEDULES = ("rowwise", "tiled")
@@ -162,7 +163,7 @@ def test_every_build_has_its_kernel_variants(manifest):
             # build's shifted params set bwd_aligned (16-bit, key_dim 128 by default).
             records = sorted((k.pass_, k.vec, k.rank) for k in build.kernels if k.shifted)
             twice = [("backward", build.vector_width, 2 * build.vector_width + 1)]
-            aligned = (build.shifted_params or {}).get("bwd_aligned", 0)
+            aligned = shifted_backward_at_aligned_n(build)
             assert records == sorted([(p, 1, shifted_kernels.rank(build.config))
                                       for p in ("forward", "backward")]
                                      + (twice if aligned else [])), build.source.name
@@ -454,7 +455,7 @@ def test_tiled_kernels_do_not_spill(manifest):
                     for d in DTYPES for i in ("int32", "int64"))
     # A shifted forward and backward per dtype; a backward with bwd_aligned has a second (vec 8)
     # record; the band kernels of each dtype (compiler/band.py).
-    shifted = 2 * len(DTYPES) + sum((b.shifted_params or {}).get("bwd_aligned", 0)
+    shifted = 2 * len(DTYPES) + sum(shifted_backward_at_aligned_n(b)
                                     for b in manifest.builds if b.schedule == "tiled")
     bands = sum(len(band_kernels.default_params(OpConfig(KD, NH, d))) for d in DTYPES)
     assert checked == (per_dtype + shifted + bands) * len(ARCHS)

@@ -15,7 +15,13 @@ import torch
 from psa_tvm import reference
 from psa_tvm.config import OpConfig
 from psa_tvm.runtime.tuned import tuned_entry, tuned_shifted_entry
-from tests.helpers import DTYPES, bitwise_equal, inputs, poisoned
+from tests.helpers import (
+    DTYPES,
+    bitwise_equal,
+    inputs,
+    poisoned,
+    shifted_backward_at_aligned_n,
+)
 from tests.test_gpu import runtime_op
 
 pytestmark = pytest.mark.gpu
@@ -123,7 +129,7 @@ def test_shifted_kernels_at_every_n(gpu_artifacts, config):
     op = runtime_op(str(gpu_artifacts), config.key_dim, config.num_heads, config.dtype, "tiled")
     full = 16 // config.itemsize
     ran = {"forward": 0, "backward": 0, "aligned backward": 0}
-    has_aligned = (op.builds["backward"].shifted_params or {}).get("bwd_aligned", 0)
+    has_aligned = shifted_backward_at_aligned_n(op.builds["backward"])
     for n in SHIFTED_NS:
         along_n = min(full, n & -n)
         narrow = along_n * config.itemsize < 8
@@ -158,7 +164,7 @@ def test_rectangular_and_odd_grids(gpu_artifacts, config):
                 # A backward with bwd_aligned: the shifted kernel at N % 8 == 0 too
                 # (compiler/shifted.py).
                 aligned = check is check_backward and vec == full and (
-                    op.builds["backward"].shifted_params or {}).get("bwd_aligned", 0)
+                    shifted_backward_at_aligned_n(op.builds["backward"]))
                 shifted = (vec * config.itemsize < 8 or aligned) and (
                     batch * config.channels * n >= 1 << 21)
                 assert kernel.vec_kd == full, kernel.entry
@@ -184,7 +190,7 @@ def test_split_shifted_backward_on_both_sides_of_its_size(gpu_artifacts, config)
     with canaries on both sides."""
     op = runtime_op(str(gpu_artifacts), config.key_dim, config.num_heads, config.dtype, "tiled")
     below = tuned_shifted_entry("sm_90", config)["params"]["bwd_small_below"]
-    has_aligned = (op.builds["backward"].shifted_params or {}).get("bwd_aligned", 0)
+    has_aligned = shifted_backward_at_aligned_n(op.builds["backward"])
     ran = set()
     for height, width in ((37, 29), (40, 40), (40, 23), (25, 25), (1, 33)):
         per_batch = config.channels * height * width
@@ -219,7 +225,7 @@ def test_whole_row_backward_inside_and_outside_its_rows(gpu_artifacts, config):
     above it."""
     op = runtime_op(str(gpu_artifacts), config.key_dim, config.num_heads, config.dtype, "tiled")
     params = tuned_shifted_entry("sm_90", config)["params"]
-    has_aligned = (op.builds["backward"].shifted_params or {}).get("bwd_aligned", 0)
+    has_aligned = shifted_backward_at_aligned_n(op.builds["backward"])
     first, last = params["bwd_tile_n"] + 1, params["bwd_whole_tile_n"]
     ran = set()
     for height, width in ((20, 20), (21, 21), (17, 17), (1, first), (1, last), (1, first - 1),

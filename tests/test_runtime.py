@@ -15,7 +15,7 @@ import torch
 from psa_tvm import PsaMergeAttnRuntimeOp, RecordingVisitor, reference
 from psa_tvm.config import INT32_MAX, OpConfig
 from psa_tvm.runtime.manifest import Manifest, evaluate
-from tests.helpers import rule_n_side_bytes
+from tests.helpers import rule_n_side_bytes, shifted_backward_at_aligned_n
 
 KD, NH = 32, 4
 C = 2 * NH * KD
@@ -150,7 +150,7 @@ def test_tail_narrows_only_the_n_side(ops, manifest, dtype, width):
         plan = op.plan_forward(fwd_pairs(batch, n))
         assert plan.kernel.vec_kd == width and plan.kernel.shifted == shifted, n
         plan = op.plan_backward(grad_pair(batch, n, 1))
-        aligned = (op.builds["backward"].shifted_params or {}).get("bwd_aligned", 0)
+        aligned = shifted_backward_at_aligned_n(op.builds["backward"])
         shifted = shifted or (aligned and along_n == width)
         assert plan.kernel.vec_kd == width and plan.kernel.shifted == shifted, n
 

@@ -23,7 +23,7 @@ from psa_tvm.compiler.lower import lower_cuda  # noqa: E402
 from psa_tvm.config import OpConfig  # noqa: E402
 from psa_tvm.runtime.manifest import Manifest, kernel_symbol  # noqa: E402
 from psa_tvm.runtime.plan import choose_kernel  # noqa: E402
-from tests.helpers import rule_n_side_bytes  # noqa: E402
+from tests.helpers import rule_n_side_bytes, shifted_backward_at_aligned_n  # noqa: E402
 
 DTYPES = ("float32", "float16", "bfloat16")
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -228,7 +228,7 @@ def test_tails_keep_16_byte_kd_accesses(tail_manifest):
             for pass_ in ("forward", "backward"):
                 kernel = choose_kernel(build, pass_, n, "int32", 16)
                 got = (kernel.vec_kd, "s" if kernel.shifted else kernel.vec)
-                aligned = (build.shifted_params or {}).get("bwd_aligned", 0)
+                aligned = shifted_backward_at_aligned_n(build)
                 if pass_ == "backward" and aligned and vec == 16 // build.config.itemsize:
                     assert got == (8, "s") and kernel.vec == 8, (n, kernel.entry)
                     small = choose_kernel(build, pass_, n, "int32", 16, numel=(1 << 21) - 1)

@@ -144,8 +144,9 @@ class KernelSpec:
     full ``vec`` with a rank above the plain 16-byte kernel's), one per place in that order.
     Among kernels of equal rank the one with the larger ``min_numel`` comes first where a call
     reaches it (a split shifted backward: the main kernel for large calls, the small-tile one
-    below). A kernel with an ``N`` range (``max_n`` > 0: it runs only for ``min_n <= N <= max_n``, a whole-row shifted
-    backward) comes before the kernels of its rank without one, wherever ``N`` is in range.
+    below). A kernel with an ``N`` range (``max_n`` > 0: it runs only for
+    ``min_n <= N <= max_n``, a whole-row shifted backward) comes before the kernels of its rank
+    without one, wherever ``N`` is in range.
     A band kernel (``band`` > 0, compiler/band.py) ranks above every other kernel and runs
     only in its ``N`` range, from its ``min_numel`` and up to its ``max_numel`` (0: any size);
     the band kernels of one range split the call sizes between them.
