@@ -85,9 +85,13 @@ def small_artifacts(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch) -> None:
-    """On-demand builds go to one per-session cache; never the user's."""
+    """On-demand builds go to one per-session cache; never the user's. They do not relink the
+    cache's native library: the session builds some 30 CPU configurations on demand, and
+    relinking after each would add about ten minutes (test_ondemand.py tests the relink)."""
     if "PSA_TVM_CACHE" not in os.environ:
         monkeypatch.setenv("PSA_TVM_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+    if "PSA_TVM_NATIVE_ON_DEMAND" not in os.environ:
+        monkeypatch.setenv("PSA_TVM_NATIVE_ON_DEMAND", "0")
 
 
 #: What ``attention_artifacts`` holds: every layout-family op of this configuration (tiled).

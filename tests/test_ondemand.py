@@ -124,3 +124,42 @@ def test_a_build_by_another_compiler_is_rebuilt_once(tmp_path, monkeypatch):
     record_definition("0123456789ab")
     named = op(artifacts=manifest_path.parent).builds["forward"]
     assert named.definition == "0123456789ab" and len(built) == 3
+
+
+_CPU_USER = r"""
+import json
+import torch
+import psa_tvm
+from psa_tvm import ops
+from psa_tvm.runtime import env, native
+
+lo = torch.randn(2 * 2, 7 * 5, 16) + 3
+hi = torch.randn_like(lo) - 3
+expected = psa_tvm.reference.merge(lo, hi, 2, 7, 5)
+first = psa_tvm.merge(lo, hi, 2, 7, 5)  # builds the CPU library, then the native library
+second = torch.full_like(expected, float("nan"))
+psa_tvm.merge(lo, hi, 2, 7, 5, out=second)  # through the native library
+library = native.load(env.default_artifacts_dir())
+info = json.loads(library.module["library_info"]()) if library else {"configs": []}
+print(json.dumps({
+    "exact": bool(torch.equal(first, expected) and torch.equal(second, expected)),
+    "ops_native": bool(ops._NATIVE) and ops._NATIVE is library,
+    "cpu_configs": [[c["key_dim"], c["num_heads"], c["dtype"]] for c in info["configs"]
+                    if c["cpu"]],
+}))
+"""
+
+
+def test_an_on_demand_cpu_build_writes_the_native_library(tmp_path):
+    """A CPU user without artifacts gets the native library as a GPU user's on-demand build
+    does: the first call builds the CPU library and relinks the directory's native library,
+    and the next call in the same process goes through it (the Python path costs 20-45 us a
+    call more: docs/perf.md v39)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PSA_TVM_ARTIFACTS", "PSA_TVM_NATIVE")}
+    env.update(PSA_TVM_CACHE=str(tmp_path / "cache"), PSA_TVM_NATIVE_ON_DEMAND="1")
+    proc = subprocess.run([sys.executable, "-c", _CPU_USER], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {"exact": True, "ops_native": True, "cpu_configs": [[16, 2, "float32"]]}
+    assert "CUDA" not in proc.stderr, "a CPU-only directory warned about the CUDA toolkit"

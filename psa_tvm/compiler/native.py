@@ -626,11 +626,13 @@ def write_native_library(root: str | os.PathLike, *, cpu: bool = True) -> Native
     manifest lock, so concurrent builds into one directory do not interleave)."""
     root = Path(root)
     tools = find_toolchain()
-    warnings = [] if tools.cuda_include else [MISSING_CUDA]
+    warnings = []
     with _LOCK, open(root / ".manifest.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         manifest_bytes = (root / MANIFEST_NAME).read_bytes()
         manifest = json.loads(manifest_bytes)
+        if manifest.get("builds") and not tools.cuda_include:  # a CPU-only directory needs no CUDA
+            warnings.append(MISSING_CUDA)
         target = root / library_name(manifest_bytes)
         digest = hashlib.sha1(manifest_bytes).hexdigest()[:12]
         configs = sorted({OpConfig(b["key_dim"], b["num_heads"], b["dtype"])

@@ -13,7 +13,7 @@ from psa_tvm.compiler.artifact import DEFINITION_DIGEST, BuildRequest, build_art
 from psa_tvm.compiler.rules import get_rule
 from psa_tvm.compiler.shifted import tuned_params
 from psa_tvm.config import OpConfig
-from psa_tvm.runtime.env import DEFAULT_ARCHS
+from psa_tvm.runtime.env import DEFAULT_ARCHS, native_on_demand
 
 __all__ = ["DEFINITION_DIGEST", "build_missing"]
 
@@ -26,4 +26,4 @@ def build_missing(root: Path, config: OpConfig, schedule: str,
     request = BuildRequest(config, schedule,
                            rule.params_from_dict(params) if params is not None else None,
                            op=op, shifted_params=shifted)
-    build_artifacts([request], root, DEFAULT_ARCHS)
+    build_artifacts([request], root, DEFAULT_ARCHS, native=native_on_demand())

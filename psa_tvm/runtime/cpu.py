@@ -17,6 +17,7 @@ from typing import Any
 from psa_tvm.config import OpConfig
 from psa_tvm.errors import ArtifactNotFoundError
 from psa_tvm.runtime import cpu_pool, env
+from psa_tvm.runtime import native as native_rt
 from psa_tvm.runtime.artifacts import build_lock
 from psa_tvm.runtime.manifest import CpuLibrarySpec, Manifest
 
@@ -214,7 +215,7 @@ def find_cpu_library(config: OpConfig, root: Path | None = None) -> CpuLibrarySp
     if not may_build:
         return Manifest.load(root).find_cpu(config)
     try:
-        from psa_tvm.compiler.artifact import write_manifest
+        from psa_tvm.compiler.artifact import write_manifest, write_native
         from psa_tvm.compiler.cpu import DEFINITION_DIGEST, build_cpu_library
     except ImportError as err:
         library = _current(root, config, None)
@@ -227,12 +228,20 @@ def find_cpu_library(config: OpConfig, root: Path | None = None) -> CpuLibrarySp
             f"{config.num_heads} --dtype {config.dtype} -o DIR` and set PSA_TVM_ARTIFACTS=DIR"
         ) from err
     library = _current(root, config, DEFINITION_DIGEST)
+    relinked = False
     if library is None:
         with build_lock(root):
             library = _current(root, config, DEFINITION_DIGEST)
             if library is None:
                 write_manifest(root, [], [build_cpu_library(config, root)])
+                # Relinked as after an on-demand GPU build, so that calls go straight to C++:
+                # the Python path costs 20-45 us a call in validation and dispatch, more than
+                # the copy_ of a whole 1-4 MB call (docs/perf.md v39).
+                if relinked := env.native_on_demand():
+                    write_native(root)
                 library = _current(root, config, DEFINITION_DIGEST)
+    if relinked:
+        native_rt.forget()  # psa_tvm.ops looks for the new native library at its next call
     if library is None:
         raise ArtifactNotFoundError(f"building the CPU library of {config.tag} left none")
     return library

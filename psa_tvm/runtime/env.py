@@ -10,6 +10,9 @@ Nothing else in the package reads ``os.environ``: a reader of this module sees e
 | | entry: a configuration (or pass) its table lacks takes the shipped table's entry |
 | ``PSA_TVM_NVCC`` | the ``nvcc`` to compile with (else ``$CUDA_HOME/bin/nvcc``, then ``PATH``) |
 | ``PSA_TVM_NATIVE`` | ``0`` runs the Python launcher instead of the native library |
+| ``PSA_TVM_NATIVE_ON_DEMAND`` | ``1`` (default): a build made on demand (GPU or CPU) relinks the |
+| | default directory's native library, a few seconds more, growing with the directory's |
+| | configurations; ``0``: it does not, and the Python path runs what it built (the test suite) |
 | ``PSA_TVM_TORCH_EXT`` | the C++ PyTorch extension of ``merge_attn``: ``auto`` (default: built |
 | | on first CUDA use when a compiler is here), ``1`` (required), ``0`` (never) |
 | ``PSA_TVM_CPU_THREADS`` | CPU pool threads (read by ``compiler/cpu_pool.cc``, then |
@@ -89,6 +92,14 @@ def set_artifacts_dir(path: str | os.PathLike) -> None:
 def native_enabled() -> bool:
     """``$PSA_TVM_NATIVE`` (default on): whether calls go through the native library."""
     return os.environ.get("PSA_TVM_NATIVE", "1") not in ("0", "false", "no", "off")
+
+
+def native_on_demand() -> bool:
+    """``$PSA_TVM_NATIVE_ON_DEMAND`` (default on): whether a build made on demand relinks the
+    default directory's native library; never where the native library is off
+    (``$PSA_TVM_NATIVE``)."""
+    value = os.environ.get("PSA_TVM_NATIVE_ON_DEMAND", "1").strip().lower()
+    return native_enabled() and value not in ("0", "false", "no", "off")
 
 
 def torch_ext_mode() -> str:
