@@ -58,7 +58,20 @@ def cache_dir() -> Path:
 
 def default_artifacts_dir() -> Path:
     """Where the run time looks for artifacts: ``$PSA_TVM_ARTIFACTS``, else the cache."""
-    return artifacts_override() or cache_dir() / "artifacts"
+    # Read on every CPU call of the Python path: the Path is made once per value of the
+    # variables it comes from (building one costs more than the rest of the lookup).
+    environ = os.environ
+    key = (environ.get("PSA_TVM_ARTIFACTS"), environ.get("PSA_TVM_CACHE"),
+           environ.get("XDG_CACHE_HOME"), environ.get("HOME"))
+    path = _DEFAULT_DIRS.get(key)
+    if path is None:
+        if len(_DEFAULT_DIRS) > 64:
+            _DEFAULT_DIRS.clear()
+        path = _DEFAULT_DIRS[key] = artifacts_override() or cache_dir() / "artifacts"
+    return path
+
+
+_DEFAULT_DIRS: dict[tuple, Path] = {}
 
 
 def cpu_cache_dir() -> Path:

@@ -105,8 +105,9 @@ def _from_torch(t, name: str) -> TensorInfo:
     if index >= 0 and t.is_cuda:
         return TensorInfo(ptr=t.data_ptr(), shape=tuple(t.shape), strides=t.stride(),
                           dtype=dtype, device=CUDA, device_index=index)
+    # is_cpu first: t.device builds a torch.device, about a sixth of this call
     return TensorInfo(ptr=t.data_ptr(), shape=tuple(t.shape), strides=t.stride(), dtype=dtype,
-                      device=t.device.type, device_index=None)
+                      device=CPU if t.is_cpu else t.device.type, device_index=None)
 
 
 def tensor_info(obj: object, name: str) -> TensorInfo:
