@@ -480,6 +480,24 @@ def _cpu_kernel_kinds(shape: Shape, dtype_name: str, lo, hi, out, grad, d_lo,
             "backward": kernels.plan_backward(grad.view(view), d_lo, d_hi, shape.n)[0]}
 
 
+def cpu_call_path(dtypes: list[str]) -> str:
+    """What ``psa_tvm.merge`` ran the CPU rows through: ``native`` (the default artifact
+    directory's native library holds these configurations' CPU kernels: checks and launch in
+    C++) or ``python`` (the Python checks and the per-configuration CPU libraries through
+    tvm_ffi, 20-45 us more a call on the 2-core guest: docs/perf.md v39)."""
+    import json
+
+    from psa_tvm.runtime import native as native_rt
+
+    native = native_rt.load(env.default_artifacts_dir())
+    if not native:
+        return "python"
+    info = json.loads(native.module["library_info"]())
+    with_cpu = {(c["key_dim"], c["num_heads"], c["dtype"]) for c in info["configs"] if c["cpu"]}
+    needed = {(32, 4, d) for d in dtypes}  # the configurations of cpu_shapes()
+    return "native" if needed <= with_cpu else "native/python"
+
+
 def cpu_launcher(dtypes: list[str]) -> str:
     """What ran the CPU kernels' parallel regions (runtime/cpu_pool.py): the native library's
     launcher where it ran them, else the CPU libraries' (``own``, ``torch_openmp``,
@@ -578,7 +596,8 @@ def _write(out: Path, meta: dict, records: list[dict], cpu_records: list[dict],
         except ImportError as err:  # matplotlib is optional: tables and JSON still written
             print(f"no plot: {err}", file=sys.stderr)
     if cpu_records:
-        parts += [f"CPU ({meta.get('cpu', '?')}, {meta.get('cpu_threads')} threads, parallel "
+        parts += [f"CPU ({meta.get('cpu', '?')}, {meta.get('cpu_threads')} threads, calls "
+                  f"through: {meta.get('cpu_calls', '?')}, parallel "
                   f"regions on: {meta.get('cpu_launcher', '?')}): times are the best of "
                   f"{CPU_ROUNDS} interleaved rounds of the median wall time, [x copy] the "
                   "median over the rounds of time / that round's copy_ time; psa-tvm writes "
@@ -639,6 +658,7 @@ def run_command(args: argparse.Namespace) -> int:
         meta["cpu_threads"] = torch.get_num_threads()
         cpu_records = run_cpu(args)
         meta["cpu_launcher"] = cpu_launcher(args.dtypes)
+        meta["cpu_calls"] = cpu_call_path(args.dtypes)
     out.mkdir(parents=True, exist_ok=True)
     print(_write(out, meta, records, cpu_records, args.schedules))
     return 0
