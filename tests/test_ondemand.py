@@ -163,3 +163,32 @@ def test_an_on_demand_cpu_build_writes_the_native_library(tmp_path):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == {"exact": True, "ops_native": True, "cpu_configs": [[16, 2, "float32"]]}
     assert "CUDA" not in proc.stderr, "a CPU-only directory warned about the CUDA toolkit"
+
+
+@pytest.mark.parametrize(("on_demand", "native", "expected"), [
+    (None, None, True), ("1", None, True), ("0", None, False), ("off", None, False),
+    (" No ", None, False), ("1", "0", False)])
+def test_native_on_demand_reads_its_variable(monkeypatch, on_demand, native, expected):
+    from psa_tvm.runtime import env
+
+    for name, value in (("PSA_TVM_NATIVE_ON_DEMAND", on_demand), ("PSA_TVM_NATIVE", native)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    assert env.native_on_demand() is expected
+
+
+def test_an_on_demand_cpu_build_without_the_relink_writes_no_native_library(tmp_path,
+                                                                             monkeypatch):
+    """PSA_TVM_NATIVE_ON_DEMAND=0 (the test suite's setting): the CPU library only."""
+    from psa_tvm.config import OpConfig
+    from psa_tvm.runtime import cpu as runtime_cpu
+    from psa_tvm.runtime.native import library_path
+
+    monkeypatch.delenv("PSA_TVM_ARTIFACTS", raising=False)
+    monkeypatch.setenv("PSA_TVM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PSA_TVM_NATIVE_ON_DEMAND", "0")
+    library = runtime_cpu.find_cpu_library(OpConfig(8, 1, "float32"))
+    assert library.path.is_file()
+    assert library_path(tmp_path / "cache" / "artifacts") is None

@@ -3,27 +3,20 @@ interleaved rounds, the median of the per-round ratios: ``python b1probe.py [dty
 
 import statistics
 import sys
-import time
 
 import torch
 
 import psa_tvm
 from psa_tvm import ops
+from psa_tvm.tools.bench import _wall_us  # the benchmark's CPU timer: 3 warm-ups, the median
 
 torch.manual_seed(0)
 DTYPE = getattr(torch, sys.argv[1]) if len(sys.argv) > 1 else torch.float32
 NH, KD = 4, 32
 
 
-def median_us(fn, reps: int = 30) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+def median_us(fn) -> float:
+    return _wall_us(fn, 30)
 
 
 for H, W, B in ((40, 23, 1), (37, 29, 1), (40, 40, 1), (20, 20, 1), (40, 23, 4), (20, 20, 16)):
