@@ -4,10 +4,14 @@ copy time of the same bytes) of every run, their median and max; per run, the ro
 the median, up to 0.05-0.1 at single rows; docs/perf.md v19), so a row is judged on several runs.
 
     python3 scripts/bench_runs.py RUN_DIR [RUN_DIR ...] [--schedule tiled] [--min-mb 8]
-        [--limit 1.05] [--markdown]
+        [--limit 1.05] [--markdown] [--cpu]
 
 Each RUN_DIR holds the ``bench.json`` of one ``psa-tvm bench --out RUN_DIR``; runs of one
 artifact set and table are what the comparison is for (their ``variant`` must agree).
+``--cpu`` reads the CPU section instead (``--cpu-only`` runs): psa-tvm's wall time / ``copy_``
+per row, rows of 1 MB or more at <= 1.5x by default (issue 11's CPU target), the kernel kind
+standing for the variant. On a shared 2-core host one run's CPU row is a sample of that
+host's state over time (docs/perf.md v39), so those rows are judged on several runs as well.
 """
 
 from __future__ import annotations
@@ -21,19 +25,26 @@ from pathlib import Path
 RowKey = tuple[str, str, str, int, int]  # dtype, pass, label, num_heads, key_dim
 
 
-def read_run(run_dir: Path, schedule: str, min_mb: float) -> dict[RowKey, dict]:
-    """The run's rows of ``schedule`` with a profiler ratio, at ``min_mb`` MB moved or more."""
+def read_run(run_dir: Path, schedule: str, min_mb: float,
+             cpu: bool = False) -> dict[RowKey, dict]:
+    """The run's rows of ``schedule`` with a profiler ratio (``cpu``: psa-tvm's CPU rows and
+    their ratio to ``copy_``), at ``min_mb`` MB moved or more, as ``{"ratio", "variant",
+    "bytes_moved"}``."""
     path = run_dir / "bench.json"
+    section = "cpu_records" if cpu else "records"
     try:
-        records = json.loads(path.read_text())["records"]
+        records = json.loads(path.read_text())[section]
     except (OSError, KeyError, json.JSONDecodeError) as err:
-        raise SystemExit(f"RUN_DIR {run_dir}: expected a psa-tvm bench.json there "
-                         f"({err})") from None
+        raise SystemExit(f"RUN_DIR {run_dir}: expected a psa-tvm bench.json with "
+                         f"{section} there ({err})") from None
+    impl, ratio, variant = (("psa_tvm", "ratio_to_copy", "kernel") if cpu
+                            else (schedule, "prof_ratio", "variant"))
     rows = {}
     for r in records:
-        if (r["impl"] == schedule and r.get("prof_ratio") is not None
+        if (r["impl"] == impl and r.get(ratio) is not None
                 and r["bytes_moved"] >= min_mb * 1e6):
-            rows[(r["dtype"], r["pass"], r["label"], r["num_heads"], r["key_dim"])] = r
+            rows[(r["dtype"], r["pass"], r["label"], r["num_heads"], r["key_dim"])] = {
+                "ratio": r[ratio], "variant": r.get(variant), "bytes_moved": r["bytes_moved"]}
     return rows
 
 
@@ -47,7 +58,7 @@ def compare(runs: list[dict[RowKey, dict]], limit: float) -> tuple[list[dict], l
         if len(variants) > 1:
             raise SystemExit(f"row {key}: the runs launched different kernels {variants}; "
                              f"compare runs of one artifact set")
-        ratios = [run[key]["prof_ratio"] for run in runs]
+        ratios = [run[key]["ratio"] for run in runs]
         table.append({"key": key, "mb": runs[0][key]["bytes_moved"] / 1e6, "ratios": ratios,
                       "median": statistics.median(ratios), "max": max(ratios)})
     per_run = [sum(row["ratios"][i] <= limit for row in table) for i in range(len(runs))]
@@ -58,11 +69,19 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR")
     parser.add_argument("--schedule", default="tiled")
-    parser.add_argument("--min-mb", type=float, default=8.0)
-    parser.add_argument("--limit", type=float, default=1.05)
+    parser.add_argument("--min-mb", type=float, default=None,
+                        help="rows moving at least this many MB (default 8; --cpu: 1)")
+    parser.add_argument("--limit", type=float, default=None,
+                        help="the target ratio (default 1.05; --cpu: 1.5)")
     parser.add_argument("--markdown", action="store_true", help="a markdown table")
+    parser.add_argument("--cpu", action="store_true",
+                        help="the CPU section: psa-tvm's wall time over copy_'s")
     args = parser.parse_args(argv)
-    runs = [read_run(d, args.schedule, args.min_mb) for d in args.runs]
+    if args.min_mb is None:
+        args.min_mb = 1.0 if args.cpu else 8.0
+    if args.limit is None:
+        args.limit = 1.5 if args.cpu else 1.05
+    runs = [read_run(d, args.schedule, args.min_mb, args.cpu) for d in args.runs]
     table, per_run = compare(runs, args.limit)
     names = [d.name for d in args.runs]
     sep, end = (" | ", " |") if args.markdown else ("  ", "")

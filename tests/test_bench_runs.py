@@ -63,3 +63,34 @@ def test_a_folder_without_a_benchmark_is_named(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit, match=r"RUN_DIR .*empty: expected a psa-tvm bench\.json"):
         bench_runs.main([str(tmp_path / "empty")])
+
+
+def _cpu_record(label: str, ratio: float, mb: float, impl: str = "psa_tvm",
+                kernel: str = "generic") -> dict:
+    return {"dtype": "float32", "pass": "backward", "label": label, "num_heads": 4,
+            "key_dim": 32, "impl": impl, "bytes_moved": int(mb * 1e6), "us": 10.0,
+            "ratio_to_copy": ratio, **({"kernel": kernel} if impl == "psa_tvm" else {})}
+
+
+def test_cpu_rows_are_judged_on_their_own_target(tmp_path, capsys):
+    """--cpu: the CPU section, psa-tvm's ratio to copy_, rows of 1 MB or more at <= 1.5x by
+    default; a row's kernel kind must agree between runs."""
+    bench_runs = _module()
+    runs = []
+    for i, (a, b) in enumerate([(1.2, 1.45), (1.3, 1.7), (1.25, 1.6)]):
+        run = tmp_path / f"cpu{i}"
+        run.mkdir()
+        records = [_cpu_record("a", a, 3), _cpu_record("b", b, 30, kernel="prefetch"),
+                   _cpu_record("tiny", 9.0, 0.5), _cpu_record("a", 1.0, 3, impl="copy")]
+        (run / "bench.json").write_text(json.dumps({"meta": {}, "records": [],
+                                                     "cpu_records": records}))
+        runs.append(run)
+    bench_runs.main(["--cpu", *map(str, runs)])
+    out = capsys.readouterr().out
+    assert "2 rows >= 1 MB; at <= 1.5: per run [2, 1, 1], by the median of the runs 1" in out
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "bench.json").write_text(json.dumps(
+        {"records": [], "cpu_records": [_cpu_record("a", 1.2, 3, kernel="prefetch")]}))
+    with pytest.raises(SystemExit, match="launched different kernels"):
+        bench_runs.main(["--cpu", str(runs[0]), str(other)])
