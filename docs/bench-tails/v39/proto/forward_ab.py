@@ -1,11 +1,13 @@
 """float32 CPU forward variants against the shipped one, same process and buffers, per-round
 ratio to ``copy_`` of the same bytes (7 rounds, the median), each bit-exact checked first.
 
-    python forward_ab.py OUT_DIR joined|d_outer
+    python forward_ab.py OUT_DIR joined|d_outer|ahead
 
 ``joined``: the square tiles' halves joined at the loads (``CpuShuffleParams.joined_loads``,
 the 16-bit default). ``d_outer``: the tile loops swapped, one 8-channel block of a slice at a
-time, so 8 output rows are written as streams instead of all ``kd``. Both the plain and the
+time, so 8 output rows are written as streams instead of all ``kd``. ``ahead``: each tile
+first prefetches, for writing, every output row's line ``$AHEAD_TILES`` tiles ahead (default 8).
+Both the plain and the
 prefetching kernel of each library are timed. Libraries are compiled into OUT_DIR once.
 """
 
@@ -62,6 +64,30 @@ def square_tiles_d_outer(forward, half, merged, row, b, h, s, n_total, kd, lanes
                     store(merged, value, [b, h, s, d0 + column, _ramp(n0, lanes)], lanes)
 
 
+#: How many tiles ahead ``ahead`` prefetches each output row (``$AHEAD_TILES``, default 8).
+AHEAD_TILES = int(__import__("os").environ.get("AHEAD_TILES", "8"))
+
+
+def square_tiles_ahead(forward, half, merged, row, b, h, s, n_total, kd, lanes, elems, load,
+                       store, joined=False) -> None:
+    """The shipped square tiles, each first prefetching (for writing) the line of every output
+    row ``AHEAD_TILES`` tiles ahead: a prefetch distance inside the loop instead of the
+    prefetching kernel's whole-slice pass."""
+    if not forward or joined:
+        SHIPPED_TILES(forward, half, merged, row, b, h, s, n_total, kd, lanes, elems, load,
+                      store, joined)
+        return
+    with T.serial(_i64(0), (n_total + (lanes - 1)) // lanes) as n_tile:
+        ahead = T.Bind(T.min(n_tile * lanes + AHEAD_TILES * lanes, n_total - 1))
+        for channel in range(kd):
+            T.evaluate(T.call_llvm_intrin("void", "llvm.prefetch",
+                                          T.address_of(merged[b, h, s, channel, ahead]),
+                                          _i32(1), _i32(3), _i32(1)))
+        CpuShuffle._square_tile(forward, half, merged, row, b, h, s,
+                                T.Bind(T.min(n_tile * lanes, n_total - lanes)), kd, lanes,
+                                elems, load, store, joined)
+
+
 def build(config: OpConfig, path: Path, variant: str | None) -> None:
     """Compile ``config``'s CPU library with ``variant`` patched in (None: as shipped)."""
     if path.is_file():
@@ -71,6 +97,8 @@ def build(config: OpConfig, path: Path, variant: str | None) -> None:
             SHIPPED_PARAMS(self, c), joined_loads=True)
     elif variant == "d_outer":
         CpuShuffle._square_tiles = staticmethod(square_tiles_d_outer)
+    elif variant == "ahead":
+        CpuShuffle._square_tiles = staticmethod(square_tiles_ahead)
     try:
         compiler_cpu.compile_cpu(config, path)
     finally:
@@ -97,6 +125,9 @@ def main() -> None:
         path = out_dir / f"{name}.so"
         build(config, path, None if name == "shipped" else variant)
         modules[name] = tvm_ffi.load_module(str(path))
+        # As runtime/cpu.py does: TVM is imported here, and its loader would otherwise run the
+        # library's parallel loops on TVM's pool (one thread on a 2-core host).
+        modules[name]["psa_tvm_own_pool"]()
         cpu_pool.share_torch_threads(path)
     nh, kd = config.num_heads, config.key_dim
     for height, width, batch in SHAPES:
