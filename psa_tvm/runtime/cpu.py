@@ -215,8 +215,8 @@ def find_cpu_library(config: OpConfig, root: Path | None = None) -> CpuLibrarySp
     if not may_build:
         return Manifest.load(root).find_cpu(config)
     try:
-        from psa_tvm.compiler.artifact import write_manifest, write_native
-        from psa_tvm.compiler.cpu import DEFINITION_DIGEST, build_cpu_library
+        from psa_tvm.compiler.artifact import build_artifacts
+        from psa_tvm.compiler.cpu import DEFINITION_DIGEST
     except ImportError as err:
         library = _current(root, config, None)
         if library is not None:
@@ -228,19 +228,19 @@ def find_cpu_library(config: OpConfig, root: Path | None = None) -> CpuLibrarySp
             f"{config.num_heads} --dtype {config.dtype} -o DIR` and set PSA_TVM_ARTIFACTS=DIR"
         ) from err
     library = _current(root, config, DEFINITION_DIGEST)
-    relinked = False
+    relink = False
     if library is None:
         with build_lock(root):
             library = _current(root, config, DEFINITION_DIGEST)
             if library is None:
-                write_manifest(root, [], [build_cpu_library(config, root)])
-                # Relinked as after an on-demand GPU build, so that calls go straight to C++:
-                # the Python path costs 20-45 us a call in validation and dispatch, more than
-                # the copy_ of a whole 1-4 MB call (docs/perf.md v39).
-                if relinked := env.native_on_demand():
-                    write_native(root)
+                # Built as an on-demand GPU build is (compiler/ondemand.py), native library
+                # included, so that calls go straight to C++: the Python path costs 20-45 us a
+                # call in validation and dispatch, more than the copy_ of a whole 1-4 MB call
+                # (docs/perf.md v39).
+                relink = env.native_on_demand()
+                build_artifacts([], root, cpu_configs=[config], native=relink)
                 library = _current(root, config, DEFINITION_DIGEST)
-    if relinked:
+    if relink:
         native_rt.forget()  # psa_tvm.ops looks for the new native library at its next call
     if library is None:
         raise ArtifactNotFoundError(f"building the CPU library of {config.tag} left none")
