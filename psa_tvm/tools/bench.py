@@ -493,9 +493,15 @@ def cpu_call_path(dtypes: list[str]) -> str:
     if not native:
         return "python"
     info = json.loads(native.module["library_info"]())
-    with_cpu = {(c["key_dim"], c["num_heads"], c["dtype"]) for c in info["configs"] if c["cpu"]}
-    needed = {(32, 4, d) for d in dtypes}  # the configurations of cpu_shapes()
-    return "native" if needed <= with_cpu else "native/python"
+    with_cpu = {OpConfig(c["key_dim"], c["num_heads"], c["dtype"])
+                for c in info["configs"] if c["cpu"]}
+    return "native" if set(_cpu_configs(dtypes)) <= with_cpu else "native/python"
+
+
+def _cpu_configs(dtypes: list[str]) -> list[OpConfig]:
+    """The configurations the CPU section runs (those of :func:`cpu_shapes`), per dtype."""
+    pairs = dict.fromkeys((s.key_dim, s.num_heads) for s in cpu_shapes())
+    return [OpConfig(kd, nh, d) for kd, nh in pairs for d in dtypes]
 
 
 def cpu_launcher(dtypes: list[str]) -> str:
@@ -509,8 +515,8 @@ def cpu_launcher(dtypes: list[str]) -> str:
     native = native_rt.load(env.default_artifacts_dir())
     if native:
         return cpu_pool.launcher_kind(native.path)
-    kinds = {cpu_pool.launcher_kind(cpu_kernels(OpConfig(32, 4, d)).library.path)
-             for d in dtypes}  # the configurations of cpu_shapes(), loaded by now
+    kinds = {cpu_pool.launcher_kind(cpu_kernels(config).library.path)
+             for config in _cpu_configs(dtypes)}  # loaded by now
     return "/".join(sorted(kinds))
 
 
