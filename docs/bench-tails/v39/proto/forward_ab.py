@@ -14,7 +14,6 @@ prefetching kernel of each library are timed. Libraries are compiled into OUT_DI
 import dataclasses
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -32,6 +31,7 @@ from psa_tvm.compiler.rules.cpu_shuffle import (
 )
 from psa_tvm.config import OpConfig
 from psa_tvm.runtime import cpu_pool
+from psa_tvm.tools.bench import _wall_us
 
 SHAPES = [(40, 40, 1), (40, 23, 1), (37, 29, 1), (20, 20, 16), (20, 15, 16), (20, 12, 16),
           (40, 23, 16), (37, 29, 16), (1, 33, 16), (64, 3, 16), (40, 40, 16)]
@@ -106,14 +106,8 @@ def build(config: OpConfig, path: Path, variant: str | None) -> None:
 
 
 def median_us(fn, reps: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+    """The benchmark's CPU timer (3 warm-up calls, the median of ``reps``) in us."""
+    return _wall_us(fn, reps)
 
 
 def main() -> None:

@@ -4,12 +4,12 @@
 
 import statistics
 import sys
-import time
 
 import torch
 
 import psa_tvm
 from psa_tvm import ops
+from psa_tvm.tools.bench import _wall_us
 
 HEIGHT, WIDTH, BATCH = (int(a) for a in sys.argv[1:4])
 NH, KD = 4, 32
@@ -17,14 +17,8 @@ PAGE = 4096
 
 
 def median_us(fn, reps: int = 30) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+    """The benchmark's CPU timer (3 warm-up calls, the median of ``reps``) in us."""
+    return _wall_us(fn, reps)
 
 
 def main() -> None:

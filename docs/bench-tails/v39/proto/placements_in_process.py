@@ -3,28 +3,21 @@ the float32 40x23 batch-1 forward (the CPU library's kernel) over ``copy_`` of t
 the median of 200 calls each. Whether a slow state belongs to the placement (a column stays
 slow) or to the time (a pass is slow in every column): ``python placements_in_process.py 6``."""
 
-import statistics
 import sys
-import time
 
 import torch
 
 from psa_tvm.config import OpConfig
 from psa_tvm.runtime.cpu import cpu_kernels
+from psa_tvm.tools.bench import _wall_us
 
 forward = cpu_kernels(OpConfig(32, 4, "float32")).forward_fn
 BATCH, NH, KD, N = 1, 4, 32, 920
 
 
 def median_us(fn, reps: int = 200) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+    """The benchmark's CPU timer (3 warm-up calls, the median of ``reps``) in us."""
+    return _wall_us(fn, reps)
 
 
 placements = []
