@@ -276,8 +276,9 @@ def _pass_functions(op: str) -> dict:
 
 
 def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
-              compiler: str = "auto") -> dict:
-    """Build ``request`` into ``out_dir``; return its manifest entry."""
+              compiler: str = "auto", ptx: bool = True) -> dict:
+    """Build ``request`` into ``out_dir``; return its manifest entry (``ptx``:
+    :func:`~psa_tvm.compiler.nvcc.compile_source`'s)."""
     scheduled = schedule_module(request)
     lowered = lower_cuda({symbol: func for symbol, (_, func) in scheduled.items()}, arch=archs[-1])
     source = out_dir / f"{request.stem}.cu"
@@ -286,7 +287,7 @@ def build_one(request: BuildRequest, out_dir: Path, archs: list[str],
     source.write_text(band.patch_source(
         pack_16bit_gathers(lowered.source, request.config.dtype),
         {lowered.kernels[symbol]["entry"]: params for symbol, params in bands.items()}))
-    compiled = compile_source(source, archs, compiler)
+    compiled = compile_source(source, archs, compiler, ptx)
     rule = get_rule(request.schedule)
     params = request.resolved_params()
     kernels = []
@@ -346,13 +347,15 @@ def build_artifacts(requests: Iterable[BuildRequest], out_dir: str | os.PathLike
                     archs: Iterable[str] = DEFAULT_ARCHS, *, jobs: int | None = None,
                     compiler: str = "auto", progress: bool = False,
                     keep_going: bool = False, cpu_configs: Iterable[OpConfig] = (),
-                    native: bool = True) -> Path:
+                    native: bool = True, ptx: bool = True) -> Path:
     """Build every GPU request and every CPU configuration into ``out_dir`` (in parallel) and
     merge them into its manifest.
 
     With ``keep_going`` a request that fails to build is reported and left out (tuning
     candidates); otherwise the first failure is raised. With ``native`` (the default) the
     directory's native library is regenerated afterwards (:mod:`psa_tvm.compiler.native`).
+    ``ptx=False`` builds device code for ``archs`` only, without the newest one's PTX (tuning
+    candidates: :func:`~psa_tvm.compiler.nvcc.compile_source`).
     """
     arch_list = check_archs(list(archs))
     out = Path(out_dir)
@@ -368,7 +371,7 @@ def build_artifacts(requests: Iterable[BuildRequest], out_dir: str | os.PathLike
 
     def run(request: BuildRequest) -> dict | None:
         try:
-            return build_one(request, out, arch_list, compiler)
+            return build_one(request, out, arch_list, compiler, ptx)
         except Exception as err:
             if not keep_going:
                 raise

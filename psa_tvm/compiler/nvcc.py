@@ -65,13 +65,21 @@ def parse_ptxas_report(text: str) -> dict[str, dict[str, dict]]:
     return report
 
 
-def _compile_nvcc(nvcc: str, source: Path, stem: Path, archs: list[str]) -> CompiledBinaries:
-    gencode = []
-    for arch in archs:
-        number = arch.removeprefix("sm_")
-        gencode.append(f"-gencode=arch=compute_{number},code=sm_{number}")
+def nvcc_gencode(archs: list[str], ptx: bool = True) -> list[str]:
+    """nvcc's ``-gencode`` flags: SASS for each of ``archs``, and with ``ptx`` the newest one's
+    PTX, which the driver JIT-compiles for GPUs newer than every arch built."""
+    gencode = [f"-gencode=arch=compute_{n},code=sm_{n}"
+               for n in (arch.removeprefix("sm_") for arch in archs)]
+    if ptx:
+        newest = archs[-1].removeprefix("sm_")
+        gencode.append(f"-gencode=arch=compute_{newest},code=compute_{newest}")
+    return gencode
+
+
+def _compile_nvcc(nvcc: str, source: Path, stem: Path, archs: list[str],
+                  ptx: bool = True) -> CompiledBinaries:
+    gencode = nvcc_gencode(archs, ptx)
     newest = archs[-1].removeprefix("sm_")
-    gencode.append(f"-gencode=arch=compute_{newest},code=compute_{newest}")  # PTX for newer GPUs
     out = stem.with_suffix(".fatbin")
     cmd = [nvcc, "--fatbin", "-O3", "-std=c++17", "-Xptxas", "-v", *gencode, "-o", str(out),
            str(source)]
@@ -80,7 +88,7 @@ def _compile_nvcc(nvcc: str, source: Path, stem: Path, archs: list[str]) -> Comp
         raise RuntimeError(f"nvcc failed ({' '.join(cmd)}):\n{proc.stderr}")
     return CompiledBinaries(
         binaries=[{"path": out.name, "format": "fatbin", "archs": archs,
-                   "ptx": [f"compute_{newest}"]}],
+                   "ptx": [f"compute_{newest}"] if ptx else []}],
         resources=parse_ptxas_report(proc.stderr),
         compiler=f"nvcc {nvcc_version(nvcc)}",
     )
@@ -147,13 +155,17 @@ def _compile_nvrtc(source: Path, stem: Path, archs: list[str]) -> CompiledBinari
     return result
 
 
-def compile_source(source: Path, archs: list[str], compiler: str = "auto") -> CompiledBinaries:
-    """Compile ``source`` next to itself for ``archs``; ``compiler`` is auto, nvcc or nvrtc."""
+def compile_source(source: Path, archs: list[str], compiler: str = "auto",
+                   ptx: bool = True) -> CompiledBinaries:
+    """Compile ``source`` next to itself for ``archs``; ``compiler`` is auto, nvcc or nvrtc.
+    ``ptx=False`` leaves nvcc's fatbin without PTX (NVRTC's cubins never hold any): tuning
+    candidates, timed on the arch they were built for, are a quarter of the size compressed
+    (docs/perf.md v41)."""
     archs = check_archs(archs)
     stem = source.with_suffix("")
     nvcc = find_nvcc() if compiler in ("auto", "nvcc") else None
     if nvcc:
-        return _compile_nvcc(nvcc, source, stem, archs)
+        return _compile_nvcc(nvcc, source, stem, archs, ptx)
     if compiler == "nvcc":
         raise RuntimeError("compiler='nvcc' but no nvcc was found (set PSA_TVM_NVCC or CUDA_HOME)")
     return _compile_nvrtc(source, stem, archs)

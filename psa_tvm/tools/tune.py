@@ -243,9 +243,10 @@ def cmd_build(args: argparse.Namespace) -> int:
         requests = [BuildRequest(config, "tiled", params, preferred=False)
                     for config in configs for params in candidates(config, grid)]
         what = "candidates"
-    # Candidates run through the RuntimeOp, one build at a time: no native library needed.
+    # Candidates run through the RuntimeOp, one build at a time: no native library needed;
+    # they are timed on the archs they are built for, so no PTX either.
     build_artifacts(requests, args.output, args.arch, jobs=args.jobs, progress=True,
-                    keep_going=True, native=False)
+                    keep_going=True, native=False, ptx=False)
     out = Path(args.output)
     sources = {b.source.resolve() for b in Manifest.load(out).builds}
     built = sum((out / f"{r.stem}.cu").resolve() in sources for r in requests)

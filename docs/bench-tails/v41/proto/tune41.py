@@ -15,6 +15,8 @@ Shifted candidates (``s*``): ``psa_tvm.tools.tune.shifted_candidates`` as ``tune
 --shifted`` makes them; also for key_dim 32 at 4 heads (``s32``), whose shifted kernels
 made most of v40's key_dim 32 misses at 37x29 (the other head counts share its params).
 Band candidates (``b32``, :func:`band_candidates`): float32 key_dim 32 at ``N = 33``.
+Built without PTX (``build_artifacts(ptx=False)``, as ``psa-tvm tune build`` now does); the
+candidates of v41's call 1 were built before that flag and cut to their ELF by fat2cubin.py.
 Small tiles (``t32``, :func:`small_tile_candidates`): the float16 key_dim 32 forward at 8-13 MB.
 """
 
@@ -143,7 +145,7 @@ def main() -> int:
             if kind == "b" and kd != 32:
                 continue
             build_artifacts(requests(kd, kind), f"{root}/{kind}{kd}", ["sm_90"], jobs=jobs,
-                            progress=True, keep_going=True, native=False)
+                            progress=True, keep_going=True, native=False, ptx=False)
     return 0
 
 
