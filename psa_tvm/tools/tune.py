@@ -373,7 +373,7 @@ def time_candidate(timer, build, pass_: str, shape: tuple[int, int, int],
     return {"pass": pass_, "shape": list(shape), "us": round(statistics.median(times), 3),
             "copy_us": round(statistics.median(copy_times), 3), "copy": COPY_METHOD,
             "placements": placements, "variant": [kernel.vec_kd, kernel.vec],
-            "shifted": kernel.shifted, "exact": exact}
+            "shifted": kernel.shifted, "kernel": kernel.entry, "exact": exact}
 
 
 def _time_copy_and_kernel(timer, op, pass_: str, halves, merged, spatial: tuple[int, int],
