@@ -151,6 +151,8 @@ _TAIL_N = (1072, 1080)
 #: 20x15's ``N`` range (float32 v27, 16-bit v37), split by call size like 37x29's. ``303 / 297``
 #: moves the limits, taken at the range's ends, by up to a row of ``B * nh`` at 65 and 7 at 360.
 _20X15_N = (297, 303)
+#: The 16-bit forward's range around 40x23 (``BandParams()``'s).
+_40X23_N = (897, 960)
 #: 16-bit 20x20's, for YOLO11x's 6 heads at batch 16 and 64: narrow, so that its limits fall
 #: within a row of the same ``B * nh`` at every ``N`` in it.
 _X640_N = (399, 401)
@@ -220,9 +222,11 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
       16-row backwards lost at every size of 37x29 (1.03-1.17);
     - float32: every band backward lost (1.15-2.2 against 1.02-1.05).
 
-    Other key dims: none measured, none built."""
+    key_dim 64 at 2 heads and 128 at 8 (the test matrix's), v42 on an H100 against the
+    tiled and shifted kernels retuned in the same session (:func:`_other_key_dims`). Other key
+    dims and head counts: none measured, none built."""
     if config.key_dim != 32:
-        return ()
+        return _other_key_dims(config)
     if config.itemsize == 2:
         return _forwards_16bit(config) + _backwards_16bit(config)
     # 512 threads at 4 heads; at 2 and 6 ptxas spills that kernel (120 bytes in 32 registers)
@@ -239,6 +243,69 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
                        min_numel=_from_rows(config, _20X15_N, 368)),
             BandParams(rows=8, threads=tail_threads, ctas_per_sm=4, l2_fetch=128,
                        **_in_range(_TAIL_N), **_call_sizes(config, _TAIL_N, 40, 66)))
+
+
+#: Per (key_dim, num_heads): the first ``B`` of each band's calls at 37x29, 20x15 and 40x23,
+#: the smallest timed call it won (docs/perf.md v42; the candidates in
+#: docs/bench-tails/v42/proto/bands42.py, 3 batches a grid).
+_OTHER_FIRST_BATCH = {(64, 2): {"37x29": 32, "20x15": 32}, (128, 8): {"37x29": 4, "20x15": 4,
+                                                                        "40x23": 2}}
+#: (key_dim, num_heads, itemsize): the last batch of the small-call 37x29 forward bands.
+_OTHER_LAST_SMALL_BATCH = {(128, 8, 2): 3, (128, 8, 4): 4}
+
+
+def _other_key_dims(config: OpConfig) -> tuple[BandParams, ...]:
+    """key_dim 64 (2 heads) and 128 (8 heads), v42 (H100, profiler, against a copy of the same
+    bytes; "retuned": the best of the tiled or shifted candidates tuned in the same session at
+    that shape):
+
+    - 20x15 forwards, every dtype: 16-row bands at 6 x 256 threads, loads hinted to fetch whole
+      lines (a 16-row band reads 32 of a position's 128-512 input bytes; its siblings find the
+      rest in L2): 0.93-1.05x a copy at 8-78 MB, against 1.01-1.04 retuned and 1.02-1.28
+      shipped;
+    - 20x15 float32 backwards: 32-row bands at 2 x 512, 0.94-1.04 against 0.99-1.00 retuned
+      and 1.05-1.29 shipped (16-bit band backwards lost: 1.07 against 0.99 at key_dim 64);
+    - 37x29 16-bit forwards: 32-row bands in 69 KB of dynamic shared memory at 2 x 576,
+      hinted, 0.96-1.03 against 1.03-1.07 retuned, from 32 batches (key_dim 64) and 4 (128);
+      below a wave of bands they lose (1.35 at 8 batches, 1.32 at 1). At key_dim 128 and 1-3
+      batches, 8-row bands at 4 x 512, hinted: 1.15 against 1.31 retuned (at 1 batch); at key_dim
+      64's 8 batches they were level with the shifted kernel (1.11 against 1.13): not built;
+    - 37x29 float32 forwards at key_dim 128 and 1-4 batches: the same 8-row bands, 1.01-1.03
+      against 1.05 retuned (1.10 against 1.04 at 12 batches; at key_dim 64 they lost at 8-96);
+    - 40x23 16-bit forwards at key_dim 128: 16-row bands at 3 x 512, hinted, 1.01-1.10 against
+      1.07 retuned (6 batches) and 1.09-1.26 shipped; at key_dim 64 level with the retuned
+      tiled kernel (1.03 at 48 batches): not built. Band backwards lost at 37x29 and 40x23.
+
+    The sweep past those batches (v42, call 3, another H100) read the bands above 1.05 where
+    a call holds several waves of them: key_dim 128's 16-bit 20x15 forward from 16 batches
+    (1.05-1.17; 0.97-0.99 at 4-12), its 37x29 one from 16 (1.06-1.09) and its 40x23 one from 8
+    (1.07-1.13), still below the kernels they replaced (1.58-1.78, 1.08-1.12, 1.22-1.48). Caps
+    (``max_numel``) against the retuned kernels at those sizes are not measured yet."""
+    first = _OTHER_FIRST_BATCH.get((config.key_dim, config.num_heads))
+    if first is None:
+        return ()
+    def from_batch(grid: str, n_range: tuple[int, int]) -> dict[str, int]:
+        # merged elements of the first batch at the range's first N (calls grow with N)
+        per_batch = config.num_heads * 2 * config.key_dim * n_range[0]
+        return {**_in_range(n_range), "min_numel": first[grid] * per_batch}
+    small = from_batch("20x15", _20X15_N)
+    bands = [BandParams(rows=16, threads=256, ctas_per_sm=6, l2_fetch=128, **small)]
+    if config.itemsize == 4:
+        bands.append(BandParams(pass_="backward", rows=32, threads=512, ctas_per_sm=2, **small))
+    else:
+        bands.append(BandParams(rows=32, threads=576, ctas_per_sm=2, l2_fetch=128,
+                                **from_batch("37x29", _TAIL_N)))
+        if "40x23" in first:
+            bands.append(BandParams(rows=16, threads=512, ctas_per_sm=3, l2_fetch=128,
+                                    **from_batch("40x23", _40X23_N)))
+    if (last := _OTHER_LAST_SMALL_BATCH.get((config.key_dim, config.num_heads, config.itemsize))):
+        # the calls under the 37x29 bands above (16-bit) or all timed winners (float32), at
+        # every N of the range: from one batch at its first N up to ``last`` at its last
+        per_row = config.num_heads * 2 * config.key_dim
+        bands.append(BandParams(rows=8, threads=512, ctas_per_sm=4, l2_fetch=128,
+                                **_in_range(_TAIL_N), min_numel=per_row * _TAIL_N[0],
+                                max_numel=last * per_row * _TAIL_N[1]))
+    return tuple(sorted(bands, key=lambda p: p.pass_ != "forward"))
 
 
 def _in_range(n_range: tuple[int, int]) -> dict[str, int]:
