@@ -284,28 +284,25 @@ def _other_key_dims(config: OpConfig) -> tuple[BandParams, ...]:
     first = _OTHER_FIRST_BATCH.get((config.key_dim, config.num_heads))
     if first is None:
         return ()
-    def from_batch(grid: str, n_range: tuple[int, int]) -> dict[str, int]:
-        # merged elements of the first batch at the range's first N (calls grow with N)
-        per_batch = config.num_heads * 2 * config.key_dim * n_range[0]
-        return {**_in_range(n_range), "min_numel": first[grid] * per_batch}
-    small = from_batch("20x15", _20X15_N)
-    bands = [BandParams(rows=16, threads=256, ctas_per_sm=6, l2_fetch=128, **small)]
-    if config.itemsize == 4:
-        bands.append(BandParams(pass_="backward", rows=32, threads=512, ctas_per_sm=2, **small))
-    else:
-        bands.append(BandParams(rows=32, threads=576, ctas_per_sm=2, l2_fetch=128,
-                                **from_batch("37x29", _TAIL_N)))
+    nh = config.num_heads
+    small = {**_in_range(_20X15_N), "min_numel": _from_rows(config, _20X15_N, first["20x15"] * nh)}
+    forwards = [BandParams(rows=16, threads=256, ctas_per_sm=6, l2_fetch=128, **small)]
+    if config.itemsize == 2:
+        forwards.append(BandParams(rows=32, threads=576, ctas_per_sm=2, l2_fetch=128,
+                                   **_in_range(_TAIL_N),
+                                   min_numel=_from_rows(config, _TAIL_N, first["37x29"] * nh)))
         if "40x23" in first:
-            bands.append(BandParams(rows=16, threads=512, ctas_per_sm=3, l2_fetch=128,
-                                    **from_batch("40x23", _40X23_N)))
-    if (last := _OTHER_LAST_SMALL_BATCH.get((config.key_dim, config.num_heads, config.itemsize))):
-        # the calls under the 37x29 bands above (16-bit) or all timed winners (float32), at
-        # every N of the range: from one batch at its first N up to ``last`` at its last
-        per_row = config.num_heads * 2 * config.key_dim
-        bands.append(BandParams(rows=8, threads=512, ctas_per_sm=4, l2_fetch=128,
-                                **_in_range(_TAIL_N), min_numel=per_row * _TAIL_N[0],
-                                max_numel=last * per_row * _TAIL_N[1]))
-    return tuple(sorted(bands, key=lambda p: p.pass_ != "forward"))
+            forwards.append(BandParams(rows=16, threads=512, ctas_per_sm=3, l2_fetch=128,
+                                       **_in_range(_40X23_N),
+                                       min_numel=_from_rows(config, _40X23_N, first["40x23"] * nh)))
+    if last := _OTHER_LAST_SMALL_BATCH.get((config.key_dim, nh, config.itemsize)):
+        # the calls under the 37x29 bands above (16-bit) or all timed winners (float32)
+        forwards.append(BandParams(rows=8, threads=512, ctas_per_sm=4, l2_fetch=128,
+                                   **_in_range(_TAIL_N), **_call_sizes(config, _TAIL_N, nh,
+                                                                       last * nh)))
+    backwards = [BandParams(pass_="backward", rows=32, threads=512, ctas_per_sm=2, **small)
+                 ] if config.itemsize == 4 else []
+    return tuple(forwards + backwards)
 
 
 def _in_range(n_range: tuple[int, int]) -> dict[str, int]:
