@@ -37,12 +37,28 @@ def test_default_params_fit_and_cover_the_measured_rows():
     assert half.min_n <= 40 * 23 <= half.max_n and single.min_n <= 20 * 15 <= single.max_n
     assert not single.min_n <= 8 * 37 <= single.max_n  # N = 296: measured to lose
     assert band.stage_vectors(HALF, half) == 8 and band.stage_vectors(FLOAT, single) == 2
-    assert _pass_params(FLOAT, "backward") == []  # float32: every band backward lost
+    # float32: every band backward lost but N = 33's (v42)
+    assert [(p.min_n, p.max_n) for p in _pass_params(FLOAT, "backward")] == [(33, 33)]
     # Only the float32 8- and 16-row kernels hint their loads (without, the 8-row 37x29 kernel
     # lost: v30, v35; the 16-bit bands read two or four sectors of each line already).
     assert [p.l2_fetch for c in (HALF, FLOAT) for p in band.default_params(c)] == [
-        0] * len(band.default_params(HALF)) + [128, 128, 0, 128]
+        0] * len(band.default_params(HALF)) + [128, 128, 0, 128, 0, 0]
     assert band.default_params(OpConfig(16, 4, "float16")) == ()  # measured at key_dim 32 only
+
+
+@pytest.mark.parametrize("num_heads", [2, 4, 6])
+def test_float32_1x33_bands_run_from_384_rows_at_every_head_count(num_heads):
+    """float32 N = 33 (v42, H100: 32-row bands 0.96-1.02x a copy against v1k4's 1.14-1.25 at
+    384-768 B * nh): one forward and one backward, both passes from the same 384 rows, which
+    fit and whose bands are whole 16-byte vectors of the output (32 * 33 elements)."""
+    config = OpConfig(32, num_heads, "float32")
+    x33 = [p for p in band.default_params(config) if p.min_n == 33]
+    assert [(p.pass_, p.rows, p.threads, p.ctas_per_sm, p.max_n) for p in x33] == [
+        ("forward", 32, 128, 16, 33), ("backward", 32, 256, 8, 33)]
+    assert all(band.fits(config, p) is None for p in x33)
+    assert {_first_rows(p, 33) for p in x33} == {384}
+    assert not any(p.min_n <= 33 <= p.max_n for p in band.default_params(
+        OpConfig(32, num_heads, "float16")))  # 16-bit N = 33 ran at the floor (v40)
 
 
 def test_the_37x29_kernels_split_the_calls_by_the_waves_they_fill():
@@ -296,7 +312,8 @@ def test_the_launch_rule_picks_each_band_kernel_inside_its_ranges_only(small_art
                                              band.dynamic_shared(config, params) else 0)
         assert build.source.read_text().count(
             f"__launch_bounds__({params.threads}, {params.ctas_per_sm}) {kernel.entry}(") == 2
-        for n in (params.min_n, params.min_n + 1, params.max_n):  # odd and even N
+        # odd and even N (a range of one N: that one, 1x33's)
+        for n in sorted({params.min_n, min(params.min_n + 1, params.max_n), params.max_n}):
             first = -(-params.min_numel // (channels * n))  # the smallest batch it runs
             last = params.max_numel // (channels * n) if params.max_numel else 4 * first
             assert first <= last, (params, n)

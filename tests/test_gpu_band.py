@@ -26,9 +26,9 @@ CONFIGS = [OpConfig(32, nh, dtype) for nh in (2, 4, 6) for dtype in DTYPES]
 #: float32 only (band.default_params; this module runs without TVM, so the list is literal).
 OTHER_CONFIGS = [OpConfig(kd, nh, dtype) for kd, nh in ((64, 2), (128, 8)) for dtype in DTYPES]
 CHECKS = {"forward": check_forward, "backward": check_backward}
-#: (config, pass) of every build with band kernels of that pass: at key_dim 32 float32 has no
-#: band backward, at 64 and 128 only float32 has one.
-CASES = [(c, p) for c in CONFIGS for p in CHECKS if p == "forward" or c.itemsize == 2] + [
+#: (config, pass) of every build with band kernels of that pass: at key_dim 32 every dtype has
+#: band backwards (float32's at N = 33 only, v43), at 64 and 128 only float32 has one.
+CASES = [(c, p) for c in CONFIGS for p in CHECKS] + [
     (c, p) for c in OTHER_CONFIGS for p in CHECKS if p == "forward" or c.itemsize == 4]
 
 
@@ -92,11 +92,13 @@ def test_band_kernel_needs_16_byte_aligned_data(gpu_artifacts, config, pass_):
 # (N = 296) just outside its range; at batch 16, 32 and 64, and for 37x29, 40x23 (the 16-bit
 # backward's), 20x15 and 20x20 the batches between and around the call sizes where the kernels
 # of one range split the calls at 2, 4 and 6 heads (v37: 16-bit 16-row bands from 120 B * nh,
-# float32 20x15's 16-row bands up to 360 and 32-row ones from 368).
+# float32 20x15's 16-row bands up to 360 and 32-row ones from 368); float32 1x33 around its
+# bands' 384 B * nh at 2, 4 and 6 heads (v43).
 BAND_GRIDS = {2: ((40, 23), (48, 19), (32, 29), (37, 29), (20, 20), (20, 15)),
-              4: ((20, 15), (8, 37), (37, 29))}
+              4: ((20, 15), (8, 37), (37, 29), (1, 33))}
 BATCHES = {(37, 29): (10, 16, 17, 22, 24, 25, 30, 32, 33, 61, 62, 64, 66, 67),
            (40, 23): (16, 32, 58, 59, 64, 66, 67),
+           (1, 33): (16, 63, 64, 95, 96, 128, 191, 192, 200),
            (20, 15): (6, 8, 10, 11, 16, 17, 19, 20, 29, 30, 32, 33, 34, 44, 45, 59, 60, 61,
                       62, 66, 67, 68, 90, 91, 92, 128, 180, 184),
            (20, 20): (14, 15, 16, 17, 19, 20, 22, 25, 29, 30, 43, 44, 50, 59, 60, 64, 66, 67,

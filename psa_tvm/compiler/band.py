@@ -156,6 +156,9 @@ _40X23_N = (897, 960)
 #: 16-bit 20x20's, for YOLO11x's 6 heads at batch 16 and 64: narrow, so that its limits fall
 #: within a row of the same ``B * nh`` at every ``N`` in it.
 _X640_N = (399, 401)
+#: 1x33 (``N = 33``): a band of ``rows`` rows is ``rows * 33`` contiguous output elements,
+#: 16-byte aligned at every ``rows`` the kernel takes.
+_X33_N = (33, 33)
 
 
 def default_params(config: OpConfig) -> tuple[BandParams, ...]:
@@ -207,8 +210,14 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
       nh 6 10x 0.78 against 0.80). Without the hint the same kernel read each line's four
       sectors in four misses and ran 1.08 (v30, v35). Past one wave it lost (17x 0.95 against
       0.89, 32x 1.10 against 1.06).
+    - float32 ``N = 33`` (1x33) from 384 ``B * nh``: 32-row bands at 16 x 128 threads (v42,
+      call 1, H100, v41's ``b32`` candidates at 384-768 ``B * nh``: 0.97-1.01x a copy against
+      the shipped ``v1k4`` kernel's 1.14-1.23; v43, another H100: 0.99-1.03 against 1.17-1.24,
+      and 0.94-1.02 over the sweep's float32 1x33 calls; v40's sweep, H200: ``v1k4`` at
+      1.29-1.36).
 
-    Backwards, 16-bit only (v29, calls 1-4; against the shifted backward):
+    Backwards, 16-bit only (v29, calls 1-4; against the shifted backward), and float32 at
+    ``N = 33``:
 
     - ``N`` 897-928 at 240-264 ``B * nh`` (two waves of 528 CTAs; 232-273 at the range's
       ends): 16-row bands at 4 x 384 threads, 40x23 at batch 64 1.02-1.04x a copy against
@@ -220,7 +229,10 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
       (two waves: 1.03 against 1.05-1.06). At
       ``N`` 1072 and 1080 they lost (1.13-1.15 against 1.05), as the 32-row forward did, and
       16-row backwards lost at every size of 37x29 (1.03-1.17);
-    - float32: every band backward lost (1.15-2.2 against 1.02-1.05).
+    - float32: every band backward lost (1.15-2.2 against 1.02-1.05), but at ``N = 33``:
+      32-row bands at 8 x 256 threads from 384 ``B * nh`` (v42, call 1, H100: 0.97-1.01
+      against ``v1k4``'s 1.17-1.25; v43: 0.96-1.02 against 1.16-1.26; v40's sweep, H200:
+      1.09).
 
     key_dim 64 at 2 heads and 128 at 8 (the test matrix's), v42 on an H100 against the
     tiled and shifted kernels retuned in the same session (:func:`_other_key_dims`). Other key
@@ -242,7 +254,11 @@ def default_params(config: OpConfig) -> tuple[BandParams, ...]:
             BandParams(rows=32, threads=512, ctas_per_sm=2, **small,
                        min_numel=_from_rows(config, _20X15_N, 368)),
             BandParams(rows=8, threads=tail_threads, ctas_per_sm=4, l2_fetch=128,
-                       **_in_range(_TAIL_N), **_call_sizes(config, _TAIL_N, 40, 66)))
+                       **_in_range(_TAIL_N), **_call_sizes(config, _TAIL_N, 40, 66)),
+            BandParams(rows=32, threads=128, ctas_per_sm=16, **_in_range(_X33_N),
+                       min_numel=_from_rows(config, _X33_N, 384)),
+            BandParams(pass_="backward", rows=32, threads=256, ctas_per_sm=8,
+                       **_in_range(_X33_N), min_numel=_from_rows(config, _X33_N, 384)))
 
 
 #: Per (key_dim, num_heads): the first ``B`` of each band's calls at 37x29, 20x15 and 40x23,
