@@ -5,7 +5,8 @@
 #   sweep NAME LIMIT ARTIFACTS ARGS...   scripts/sweep_batches.py to OUT/NAME.{json,log}
 #   tune_dir ROOT DIR LIMIT SHAPES       scripts/tune.py run (profiler) of ROOT/DIR's candidates,
 #                                        to OUT/run_DIR.log and OUT/results_DIR.jsonl
-#   gpu_tests a|b LIMIT                  pytest -m gpu, one half of the files, to OUT/test_*.log
+#   gpu_tests a|b|band LIMIT [ARGS...]   pytest -m gpu, one half of the files (band: bands and
+#                                        tails), to OUT/test_*.log
 lib_carry=$1 lib_name=$2 lib_out=$3
 mkdir -p .gpu && cp "$lib_carry/$lib_name.tar.xz" .gpu/
 source docs/bench-tails/v38/setup.sh "$lib_name" "$lib_out"
@@ -28,14 +29,15 @@ tune_dir() {  # resumable: a directory's results.jsonl keeps what a cut-short ca
 }
 
 gpu_tests() {  # v40: the whole suite takes some 510 s, more than one call holds with its setup
-  local part=$1 limit=$2 files
+  local part=$1 limit=$2 files; shift 2
   case $part in
     a) files="tests/test_gpu_tails.py tests/test_gpu_band.py tests/test_gpu.py" ;;
+    band) files="tests/test_gpu_band.py tests/test_gpu_tails.py" ;;
     b) files="tests/test_attention_gpu.py tests/test_ultralytics.py tests/test_native.py
               tests/test_torch_ext.py tests/test_ddp.py tests/test_sweep_batches.py" ;;
   esac
   local t0=$SECONDS
-  timeout "$limit" python3 -m pytest -m gpu -q -p no:cacheprovider -rs --durations=12 $files \
+  timeout "$limit" python3 -m pytest -m gpu -q -p no:cacheprovider -rs --durations=12 "$@" $files \
     > "$lib_out/test_$part.log" 2>&1
   echo "pytest $part rc=$? in $((SECONDS - t0)) s"; tail -n 30 "$lib_out/test_$part.log"
 }
