@@ -6,6 +6,8 @@ H100; 32-row bands 1.008 forward, 1.011 backward).
     python bands43.py count
     python bands43.py build OUT_ROOT [-j 2]     # OUT_ROOT/b128_1x33
 
+timed at :data:`TIMED` (``device3.sh``'s ``tune_dir`` line).
+
 A band of ``rows`` rows at ``N = 33`` is ``rows * 33`` contiguous output elements, 16-byte
 aligned for every rows the kernel takes; ``b32``'s grid (rows 8-32, 128-512 threads, 4-16 CTAs
 an SM, forwards with and without the L2 fetch hint). Build 0 of each configuration has no band:
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import sys
-from itertools import zip_longest
 
 from psa_tvm.compiler import band
 from psa_tvm.compiler.artifact import BuildRequest, build_artifacts
@@ -31,8 +32,9 @@ TAGS = ("kd128_nh8_float16", "kd128_nh8_float32")
 BAND_N = 33
 GRID = {"rows": (8, 16, 32), "threads": (128, 256, 512), "ctas_per_sm": (4, 8, 16),
         "l2_fetch": (0, 128)}
-#: 16-bit 8.6-35 MB (the sweep's calls at 32-128 batches), float32 the same sizes.
-TIMED = {"float16": "32,1,33;64,1,33;128,1,33", "float32": "16,1,33;32,1,33;64,1,33"}
+#: The shapes both dtypes were timed at (device3.sh): 16-bit 4.3-35 MB, float32 8.6-69 MB, the
+#: sweep's 1x33 calls from 8 MB and the batch the bands start at (16).
+TIMED = "16,1,33;32,1,33;64,1,33;128,1,33"
 
 
 def band_candidates(config, pass_: str) -> list[band.BandParams]:
@@ -52,7 +54,7 @@ def requests() -> list[BuildRequest]:
     for config in (c for c in PRESETS["tests"] if c.tag in TAGS):
         tiled = _tuned_tiled_params(config)
         out.append(BuildRequest(config, "tiled", tiled, preferred=False, band_params=()))
-        for pair in zip_longest(*(band_candidates(config, p) for p in band.PASSES)):
+        for pair in itertools.zip_longest(*(band_candidates(config, p) for p in band.PASSES)):
             out.append(BuildRequest(config, "tiled", tiled, preferred=False,
                                     band_params=tuple(p for p in pair if p)))
     return out
@@ -62,7 +64,7 @@ def main() -> int:
     if sys.argv[1] == "count":
         for config in (c for c in PRESETS["tests"] if c.tag in TAGS):
             print(config.tag, [len(band_candidates(config, p)) for p in band.PASSES])
-        print(len(requests()), "builds")
+        print(len(requests()), "builds, timed at", TIMED)
         return 0
     jobs = int(sys.argv[sys.argv.index("-j") + 1]) if "-j" in sys.argv else 2
     build_artifacts(requests(), f"{sys.argv[2]}/b128_1x33", ["sm_90"], jobs=jobs, progress=True,
