@@ -58,6 +58,14 @@ class Call:
         return 2 * self.shape.merged_bytes(self.dtype) / 1e6
 
     @property
+    def fields(self) -> dict[str, int | str]:
+        """The call as structured fields, as the sweep's JSON records them beside the label."""
+        shape = self.shape
+        return {"pass": self.pass_, "dtype": self.dtype, "key_dim": shape.key_dim,
+                "num_heads": shape.num_heads, "grid": f"{shape.height}x{shape.width}",
+                "n": shape.n, "rows": self.rows}
+
+    @property
     def label(self) -> str:
         shape = self.shape
         return (f"{self.pass_[:3]} {self.dtype} nh{shape.num_heads} {shape.label} N={shape.n} "
@@ -160,7 +168,9 @@ class _Runner:
             copy_us = self.prof.median_us(flat_copy(src, dst))
             kernel_us = self.prof.median_us(launch)
             ratios.append(kernel_us / copy_us if kernel_us and copy_us else float("nan"))
-        return {"call": call.label, "mb": round(call.mb, 2), "kernel": kernel,
+        # The fields beside the label let readers (v43's caps.py) group calls without parsing
+        # it; the label alone lacks key_dim.
+        return {"call": call.label, **call.fields, "mb": round(call.mb, 2), "kernel": kernel,
                 "exact": exact, "placements": placements,
                 "ratio": round(statistics.median(ratios), 4),
                 "ratios": [round(r, 4) for r in ratios]}

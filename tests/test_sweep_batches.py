@@ -32,6 +32,8 @@ def test_calls_keep_the_sizes_asked_for_in_a_fixed_order():
         ("float32", 64, 39.3)]
     assert found[0].rows == 256 and found[0].shape.n == 300
     assert found[0].label == "for float16 nh4 64x20x15 N=300 B*nh=256"
+    assert found[0].fields == {"pass": "forward", "dtype": "float16", "key_dim": 32,
+                               "num_heads": 4, "grid": "20x15", "n": 300, "rows": 256}
     default = sweep.calls(["float32", "float16"], [2, 4, 6], [sweep.parse_grid(g)
                                                              for g in sweep.GRIDS],
                           ["forward", "backward"], sweep.BATCHES, 8.0, 300.0)
@@ -74,4 +76,7 @@ def test_a_small_sweep_runs_every_call_bit_exact(gpu_artifacts, tmp_path, capsys
     assert code == 0 and len(calls) == 8 and all(c["exact"] for c in calls)
     assert all(c["placements"] == 2 and len(c["ratios"]) == 2 and 0.3 < c["ratio"] < 5
                for c in calls)
+    assert {(c["grid"], c["pass"], c["rows"], c["key_dim"]) for c in calls} == {
+        (g, p, r, 32) for g in ("20x15", "37x29") for p in ("forward", "backward")
+        for r in (128, 256)}
     assert "calls above 1.05x the copy; 0 not bit-exact" in capsys.readouterr().out

@@ -20,6 +20,9 @@ def calls(path: str) -> dict[tuple, dict]:
     with open(path) as f:
         sweep = json.load(f)
     for call in sweep["calls"]:
+        if "rows" in call:  # v44's sweep records the call's fields beside its label
+            out[(call["dtype"], call["grid"], call["pass"], call["rows"])] = call
+            continue
         pass_, dtype, grid, rows = _CALL.match(call["call"]).groups()
         out[(dtype, grid, "forward" if pass_ == "for" else "backward", int(rows))] = call
     return out
