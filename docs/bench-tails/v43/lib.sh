@@ -1,12 +1,13 @@
 # v43: the helpers this round's device scripts source (the review of v42: one helper, not a copy
 # of the setup and run lines per script). From the repository root on the GPU host:
 #   source docs/bench-tails/v43/lib.sh CARRY NAME OUT   (CARRY/NAME.tar.xz: the artifacts)
+# (v44: tar the artifact directory with XZ_OPT=-9e: 6.6 MB where xz's default made 15 MB.)
 # sets up as v38/setup.sh does (wheels, PSA_TVM_ARTIFACTS, OUT/gpu.txt) and defines:
 #   sweep NAME LIMIT ARTIFACTS ARGS...   scripts/sweep_batches.py to OUT/NAME.{json,log}
 #   tune_dir ROOT DIR LIMIT SHAPES       scripts/tune.py run (profiler) of ROOT/DIR's candidates,
 #                                        to OUT/run_DIR.log and OUT/results_DIR.jsonl
-#   gpu_tests a|b|band LIMIT [ARGS...]   pytest -m gpu, one half of the files (band: bands and
-#                                        tails), to OUT/test_*.log
+#   gpu_tests a|b|band|rest LIMIT [ARGS...]   pytest -m gpu, one half of the files (band: bands
+#                                        and tails; rest: all but those), to OUT/test_*.log
 lib_carry=$1 lib_name=$2 lib_out=$3
 mkdir -p .gpu && cp "$lib_carry/$lib_name.tar.xz" .gpu/
 source docs/bench-tails/v38/setup.sh "$lib_name" "$lib_out"
@@ -35,6 +36,9 @@ gpu_tests() {  # v40: the whole suite takes some 510 s, more than one call holds
     band) files="tests/test_gpu_band.py tests/test_gpu_tails.py" ;;
     b) files="tests/test_attention_gpu.py tests/test_ultralytics.py tests/test_native.py
               tests/test_torch_ext.py tests/test_ddp.py tests/test_sweep_batches.py" ;;
+    rest) files="tests/test_gpu.py tests/test_attention_gpu.py tests/test_ultralytics.py
+                 tests/test_native.py tests/test_torch_ext.py tests/test_ddp.py
+                 tests/test_sweep_batches.py" ;;
   esac
   local t0=$SECONDS
   timeout "$limit" python3 -m pytest -m gpu -q -p no:cacheprovider -rs --durations=12 "$@" $files \
