@@ -70,6 +70,9 @@ _TILE_ALIGN_BYTES = 64
 
 
 PASSES = ("forward", "backward")
+#: The 16-bit forward's ``N`` range around 40x23 (48x19, 32x29, 30x30, 31x29): the default of
+#: :class:`BandParams`, and key_dim 128's 40x23 band's.
+_40X23_N = (897, 960)
 
 
 @dataclass(frozen=True)
@@ -88,9 +91,9 @@ class BandParams:
     sms: int = 132
     """SMs the grid is sized for (the H200's). A GPU with fewer runs the extra CTAs after the
     first wave, correctly but with less overlap."""
-    min_n: int = 897
+    min_n: int = _40X23_N[0]
     """The first ``N`` the kernel runs at."""
-    max_n: int = 960
+    max_n: int = _40X23_N[1]
     """The last ``N`` the kernel runs at; it sizes the shared tile and the register stage."""
     min_numel: int = 1 << 23
     """Merged elements from which the kernel runs: below, too few bands per SM leave the
@@ -151,8 +154,6 @@ _TAIL_N = (1072, 1080)
 #: 20x15's ``N`` range (float32 v27, 16-bit v37), split by call size like 37x29's. ``303 / 297``
 #: moves the limits, taken at the range's ends, by up to a row of ``B * nh`` at 65 and 7 at 360.
 _20X15_N = (297, 303)
-#: The 16-bit forward's range around 40x23 (``BandParams()``'s).
-_40X23_N = (897, 960)
 #: 16-bit 20x20's, for YOLO11x's 6 heads at batch 16 and 64: narrow, so that its limits fall
 #: within a row of the same ``B * nh`` at every ``N`` in it.
 _X640_N = (399, 401)
