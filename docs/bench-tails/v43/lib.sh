@@ -4,8 +4,9 @@
 # (v44: tar the artifact directory with XZ_OPT=-9e: 6.6 MB where xz's default made 15 MB.)
 # sets up as v38/setup.sh does (wheels, PSA_TVM_ARTIFACTS, OUT/gpu.txt) and defines:
 #   sweep NAME LIMIT ARTIFACTS ARGS...   scripts/sweep_batches.py to OUT/NAME.{json,log}
-#   tune_dir ROOT DIR LIMIT SHAPES       scripts/tune.py run (profiler) of ROOT/DIR's candidates,
-#                                        to OUT/run_DIR.log and OUT/results_DIR.jsonl
+#   tune_dir ROOT DIR LIMIT [SHAPES]     scripts/tune.py run (profiler) of ROOT/DIR's candidates,
+#                                        to OUT/run_DIR.log and OUT/results_DIR.jsonl; SHAPES
+#                                        omitted: ROOT/DIR/timed.txt (v44: written by the build)
 #   gpu_tests a|b|band|rest LIMIT [ARGS...]   pytest -m gpu, one half of the files (band: bands
 #                                        and tails; rest: all but those), to OUT/test_*.log
 lib_carry=$1 lib_name=$2 lib_out=$3
@@ -21,7 +22,7 @@ sweep() {
 }
 
 tune_dir() {  # resumable: a directory's results.jsonl keeps what a cut-short call timed
-  local root=$1 dir=$2 limit=$3 shapes=$4
+  local root=$1 dir=$2 limit=$3 shapes=${4:-$(cat "$1/$2/timed.txt")}
   local t0=$SECONDS
   timeout "$limit" python3 scripts/tune.py run --artifacts "$root/$dir" --profiler \
     --placements 1 --reps 20 --shapes "$shapes" > "$lib_out/run_$dir.log" 2>&1

@@ -10,10 +10,7 @@ set -uo pipefail
 start=$SECONDS out=$1
 source docs/bench-tails/v43/lib.sh .gpu47 art47 "$out/call"
 tar -xJf .gpu47/tune44.tar.xz
-declare -A timed=([20x15]="16,20,15;32,20,15;64,20,15;96,20,15"
-                  [40x23]="8,40,23;16,40,23;24,40,23;32,40,23"
-                  [37x29]="8,37,29;16,37,29;24,37,29;32,37,29")
-for grid in 20x15 40x23 37x29; do tune_dir .tune44 "f128_$grid" 60 "${timed[$grid]}"; done
+for grid in 20x15 40x23 37x29; do tune_dir .tune44 "f128_$grid" 60; done  # shapes: timed.txt
 python3 docs/bench-tails/v42/proto/rank_bands42.py .tune44 f128_20x15 f128_40x23 f128_37x29 \
   > "$lib_out/rank_f128.txt" 2>&1
 grep "best\|proposal" "$lib_out/rank_f128.txt"

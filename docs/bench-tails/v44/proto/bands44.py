@@ -10,6 +10,9 @@ that miss.
     python bands44.py count
     python bands44.py build OUT_ROOT [-j 2]     # OUT_ROOT/f128_{20x15,40x23,37x29}
 
+Each directory gets its :data:`TIMED` shapes in ``timed.txt``, which ``v43/lib.sh``'s
+``tune_dir`` reads (the GPU host has no TVM to import this module).
+
 Build 0 of each directory has no band (the tiled and shifted kernels the bands replaced);
 every other build holds one forward candidate from the first merged element, so it is what
 runs at every timed shape of its ``N`` range. The shipped band of each grid is among the
@@ -21,6 +24,7 @@ in the same order.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from psa_tvm.compiler import band
 from psa_tvm.compiler.artifact import BuildRequest, build_artifacts
@@ -73,7 +77,13 @@ def main() -> int:
     for grid in TIMED:
         build_artifacts(requests(grid), f"{root}/f128_{grid}", ["sm_90"], jobs=jobs,
                         progress=True, keep_going=True, native=False, ptx=False)
+        write_timed(root, grid)
     return 0
+
+
+def write_timed(root: str, grid: str) -> None:
+    """``grid``'s timed shapes beside its builds, for the device script's ``tune_dir``."""
+    Path(f"{root}/f128_{grid}/timed.txt").write_text(TIMED[grid] + "\n")
 
 
 if __name__ == "__main__":
