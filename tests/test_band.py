@@ -340,3 +340,16 @@ def test_the_launch_rule_picks_each_band_kernel_inside_its_ranges_only(small_art
         bands_per_batch = 2 * config.num_heads * config.key_dim // params.rows
         assert grid(1) == ((bands_per_batch, 1, 1), (params.threads, 1, 1))
         assert grid(512) == ((params.ctas, 1, 1), (params.threads, 1, 1))
+
+
+def test_the_gpu_band_test_covers_every_build_with_band_kernels():
+    """``tests/test_gpu_band.py`` runs on a GPU host without TVM, so its cases are a literal
+    list; this keeps them equal to what :func:`band.default_params` builds for the test
+    matrix (every config and pass with band kernels, and no other)."""
+    from psa_tvm.presets import PRESETS
+    from tests.test_gpu_band import CASES
+
+    built = {(c.tag, p.pass_) for c in PRESETS["tests"] for p in band.default_params(c)}
+    tested = [(c.tag, p) for c, p in CASES]
+    assert len(tested) == len(set(tested))
+    assert set(tested) == built

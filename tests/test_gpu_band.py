@@ -23,7 +23,8 @@ pytestmark = pytest.mark.gpu
 
 CONFIGS = [OpConfig(32, nh, dtype) for nh in (2, 4, 6) for dtype in DTYPES]
 #: The test matrix's other key dims with bands (v42): forwards in every dtype, backwards in
-#: float32 only (band.default_params; this module runs without TVM, so the list is literal).
+#: float32 only (band.default_params; this module runs without TVM, so the list is literal:
+#: tests/test_band.py checks it against default_params).
 OTHER_CONFIGS = [OpConfig(kd, nh, dtype) for kd, nh in ((64, 2), (128, 8)) for dtype in DTYPES]
 CHECKS = {"forward": check_forward, "backward": check_backward}
 #: (config, pass) of every build with band kernels of that pass: at key_dim 32 every dtype has
