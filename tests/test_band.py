@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 
 from psa_tvm.config import OpConfig
+from psa_tvm.presets import PRESETS
 from psa_tvm.runtime.manifest import Manifest
 from psa_tvm.runtime.plan import choose, kernel_shapes
 from psa_tvm.runtime.validation import MergeDims
@@ -346,8 +347,7 @@ def test_the_gpu_band_test_covers_every_build_with_band_kernels():
     """``tests/test_gpu_band.py`` runs on a GPU host without TVM, so its cases are a literal
     list; this keeps them equal to what :func:`band.default_params` builds for the test
     matrix (every config and pass with band kernels, and no other)."""
-    from psa_tvm.presets import PRESETS
-    from tests.test_gpu_band import CASES
+    from tests.test_gpu_band import CASES  # a GPU module: imported only by this test
 
     built = {(c.tag, p.pass_) for c in PRESETS["tests"] for p in band.default_params(c)}
     tested = [(c.tag, p) for c, p in CASES]
